@@ -1,0 +1,149 @@
+//! The checkpoint commit, driven by the adapter inside ONE IndexedDB transaction.
+//!
+//! The staged pages can hold 100,000 rows, so the engine never needs them in memory: the
+//! adapter reads them back page by page and asks the plan for each entry's store op. The
+//! plan holds only a snapshot of the pending writes (to replay them over each new base) and
+//! the keys it saw (for the change event).
+//!
+//! ```text
+//! if plan.rehydrate() { apply ClearRows }
+//! for page_no in 0..plan.staged_pages() {          // read back from `staging`
+//!     for entry in page.entries { apply plan.materialize(&entry) }
+//! }
+//! apply plan.finish(&mut engine, now)              // same IndexedDB transaction
+//! ```
+//! Make no other engine call between `on_pull_page` returning `Commit` and `finish`; if the
+//! IndexedDB transaction fails, call `on_pull_failure` so the run is abandoned.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kizuna_protocol::{Entry, Lifecycle, PullPage};
+
+use crate::engine::Engine;
+use crate::pull::PullRun;
+use crate::rebase::{replay, row_op};
+use crate::records::{Checkpoint, Millis, OutboxEntry, RowKey, RowRecord};
+use crate::transaction::{ChangeOrigin, Event, StoreOp, Transaction};
+
+/// The commit of a pull run that reached `done: true`.
+#[derive(Debug)]
+pub struct CommitPlan {
+    run: PullRun,
+    final_page: PullPage,
+    /// Pending entries by key, in seq order, as of the closing page.
+    pending: BTreeMap<RowKey, Vec<OutboxEntry>>,
+    /// Keys with a pending entry or a dead letter: their new records update the engine's mirror.
+    tracked: BTreeSet<RowKey>,
+    /// New records of tracked keys, as materialized.
+    tracked_records: BTreeMap<RowKey, RowRecord>,
+    /// Every key the run delivered.
+    changed: BTreeSet<RowKey>,
+}
+
+impl CommitPlan {
+    pub(crate) fn new(engine: &Engine, run: PullRun, final_page: PullPage) -> CommitPlan {
+        let mut pending: BTreeMap<RowKey, Vec<OutboxEntry>> = BTreeMap::new();
+        for entry in engine.outbox.values() {
+            pending.entry(entry.key()).or_default().push(entry.clone());
+        }
+        let tracked =
+            pending.keys().cloned().chain(engine.dead.iter().map(|d| d.entry.key())).collect::<BTreeSet<_>>();
+        CommitPlan { run, final_page, pending, tracked, tracked_records: BTreeMap::new(), changed: BTreeSet::new() }
+    }
+
+    /// True when this run replaces the local snapshot: apply `ClearRows` before anything else
+    /// (the outbox is kept; `finish` re-materializes the keys only it still holds).
+    pub fn rehydrate(&self) -> bool {
+        self.run.rehydrate.is_some()
+    }
+
+    /// The lifecycle signal behind a rehydrate, if any.
+    pub fn lifecycle(&self) -> Option<Lifecycle> {
+        self.run.rehydrate
+    }
+
+    /// How many pages sit in `staging` for this run (`page_no` 0 to this, exclusive). The
+    /// closing page is not among them: `finish` materializes it.
+    pub fn staged_pages(&self) -> u32 {
+        self.run.pages - 1
+    }
+
+    /// The run's horizon, which becomes the checkpoint's.
+    pub fn horizon(&self) -> i64 {
+        self.final_page.horizon
+    }
+
+    /// The store op for one delivered entry: `PutRow` with the server row as base and the
+    /// pending writes for its key replayed on top; for a tombstone `DeleteRow`, or `PutRow`
+    /// with no base when pending writes still give the row a visible value.
+    pub fn materialize(&mut self, entry: &Entry) -> StoreOp {
+        let key = RowKey::new(entry.table.clone(), entry.pk.clone());
+        let base = if entry.deleted { None } else { entry.row.clone() };
+        let visible = replay(base.as_ref(), self.pending.get(&key).into_iter().flatten());
+        let record = RowRecord { table: key.table.clone(), pk: key.pk.clone(), bucket: Some(entry.bucket.clone()), base, visible };
+        if self.tracked.contains(&key) {
+            self.tracked_records.insert(key.clone(), record.clone());
+        }
+        self.changed.insert(key);
+        row_op(record)
+    }
+
+    /// Completes the commit: the closing page's rows; on a rehydrate the keys only the outbox
+    /// or the dead store still hold (base `None`, pending writes replayed, so unsent edits
+    /// stay); the new checkpoint in `PutMeta`; `ClearStaging`; then the events `PullProgress`,
+    /// `Change { Remote }` (the delivered keys; after a rehydrate re-render everything),
+    /// `Conflicts`, `Checkpoint`, `Rehydrated`.
+    pub fn finish(mut self, engine: &mut Engine, now: Millis) -> Transaction {
+        let mut tx = Transaction::default();
+        let final_entries = std::mem::take(&mut self.final_page.entries);
+        for entry in &final_entries {
+            tx.ops.push(self.materialize(entry));
+        }
+
+        if self.rehydrate() {
+            for key in self.tracked.clone() {
+                if self.tracked_records.contains_key(&key) {
+                    continue;
+                }
+                let mut record = engine.mirrored(&key);
+                record.base = None;
+                record.visible = replay(None, self.pending.get(&key).into_iter().flatten());
+                self.tracked_records.insert(key.clone(), record.clone());
+                self.changed.insert(key);
+                tx.ops.push(row_op(record));
+            }
+        }
+
+        // Update the mirror. If the outbox moved since the closing page (it should not: see the
+        // module docs), re-settle those keys against the live outbox so the last op wins.
+        for (key, record) in std::mem::take(&mut self.tracked_records) {
+            let snapshot = self.pending.get(&key).cloned().unwrap_or_default();
+            let live: Vec<OutboxEntry> = engine.pending_for(&key).cloned().collect();
+            if live != snapshot {
+                tx.ops.push(engine.settle_row(record));
+            } else if engine.is_tracked(&key) {
+                engine.rows.insert(key, record);
+            }
+        }
+
+        let horizon = self.final_page.horizon;
+        let cursor = self.final_page.cursor.clone();
+        engine.meta.checkpoint = Checkpoint { cursor: Some(cursor.clone()), horizon, committed_at: Some(now) };
+        tx.ops.push(engine.put_meta());
+        tx.ops.push(StoreOp::ClearStaging);
+        engine.end_run_committed(now);
+
+        tx.events.push(Event::PullProgress { pages: self.run.pages, entries: self.run.entries });
+        if !self.changed.is_empty() {
+            tx.events.push(Event::Change { keys: self.changed.into_iter().collect(), origin: ChangeOrigin::Remote });
+        }
+        if !self.run.conflicts.is_empty() {
+            tx.events.push(Event::Conflicts(self.run.conflicts));
+        }
+        tx.events.push(Event::Checkpoint { cursor, horizon });
+        if self.run.rehydrate.is_some() {
+            tx.events.push(Event::Rehydrated { horizon });
+        }
+        tx
+    }
+}

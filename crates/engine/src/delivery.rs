@@ -1,0 +1,176 @@
+//! Push: which writes go out next, in which slice (verdicts: `verdicts.rs`; whole-request
+//! failures, retries and narrowing: `push_failures.rs`).
+//!
+//! ## Order
+//! One request is in flight at a time, carrying delivery units (a lone write, or every member
+//! of one atomic batch, never split) in issue order. A unit whose `retry_at` lies ahead blocks
+//! everything behind it, which keeps a device's writes in the order it made them (monotonic
+//! writes); only a dead letter lets a later write pass an earlier one.
+//!
+//! Units holding a delay window (`apply_after` set) are the exception: they are skipped while
+//! held instead of blocking. The window asks for the write to apply later than the writes
+//! made after it, and the server judges `apply_after` per mutation (`DELAYED`) anyway, so
+//! blocking on it would only stall the queue without adding an ordering guarantee.
+//!
+//! ## Narrowing
+//! A permanent refusal of a slice of several units names no culprit, so nothing is charged.
+//! The slice width is narrowed instead and the next slice goes out at once: halved on `KZP02`
+//! (too many mutations), cut to the head unit on any other permanent code. The narrowed width
+//! (`Meta::slice_limit`, persisted) stays until a dead letter is recorded or the outbox
+//! drains: widening again after each success would resend the culprit in a wide slice and
+//! restart the search, while keeping it makes the `KZP02` search logarithmic. Once the
+//! culprit goes alone, it owns its budget: five consecutive permanent refusals dead-letter it.
+
+use kizuna_protocol::{Mutation, PROTOCOL_VERSION, PushRequest};
+
+use crate::engine::Engine;
+use crate::records::{Millis, OutboxEntry};
+use crate::transaction::{StoreOp, Transaction};
+use crate::wire_time::rfc3339;
+
+/// The push in flight, if any.
+#[derive(Debug, Default)]
+pub(crate) struct PushState {
+    pub in_flight: Option<InFlight>,
+    /// Consecutive failed push requests: the backoff exponent for retryable failures.
+    pub streak: u32,
+}
+
+/// What was sent, by delivery unit.
+#[derive(Debug, Clone)]
+pub(crate) struct InFlight {
+    pub units: Vec<Vec<i64>>,
+}
+
+impl InFlight {
+    pub(crate) fn seqs(&self) -> impl Iterator<Item = i64> + '_ {
+        self.units.iter().flatten().copied()
+    }
+}
+
+/// Where a unit stands at `now`.
+pub(crate) enum UnitState {
+    /// Can go in the next slice.
+    Ready,
+    /// In its delay window until then; does not block the queue.
+    Held(Millis),
+    /// Backing off until then; blocks the queue behind it.
+    Blocked(Millis),
+}
+
+impl Engine {
+    /// The next push request, if one is due: never while one is in flight or offline. The
+    /// transaction marks the slice's entries `sent` with one more attempt; persist it before
+    /// sending (so a reload cannot coalesce away a write the server may hold).
+    pub fn poll_push(&mut self, now: Millis) -> Option<(PushRequest, Transaction)> {
+        if !self.online || self.push.in_flight.is_some() {
+            return None;
+        }
+        let units = self.next_slice(now);
+        if units.is_empty() {
+            return None;
+        }
+        let mut tx = Transaction::default();
+        let mut mutations = Vec::new();
+        for seq in units.iter().flatten() {
+            let entry = self.outbox.get_mut(seq).expect("slice entries are live");
+            entry.sent = true;
+            entry.attempts += 1;
+            mutations.push(to_mutation(entry));
+            tx.ops.push(StoreOp::PutOutbox(entry.clone()));
+        }
+        self.push.in_flight = Some(InFlight { units });
+        let request = PushRequest { protocol: PROTOCOL_VERSION, client_id: self.meta.client_id, mutations };
+        Some((request, tx))
+    }
+
+    /// The current slice width: `Config::max_slice`, or the narrowed width while a permanent
+    /// failure is being isolated.
+    pub fn slice_limit(&self) -> usize {
+        let max = self.config.max_slice.max(1);
+        self.meta.slice_limit.map_or(max, |n| (n as usize).clamp(1, max))
+    }
+
+    /// The outbox grouped into delivery units, in issue order (a batch sits at its first member).
+    pub(crate) fn units(&self) -> Vec<Vec<i64>> {
+        let mut units: Vec<Vec<i64>> = Vec::new();
+        let mut batch_at: std::collections::BTreeMap<uuid::Uuid, usize> = std::collections::BTreeMap::new();
+        for entry in self.outbox.values() {
+            match entry.batch {
+                Some(b) => match batch_at.get(&b) {
+                    Some(&i) => units[i].push(entry.seq),
+                    None => {
+                        batch_at.insert(b, units.len());
+                        units.push(vec![entry.seq]);
+                    }
+                },
+                None => units.push(vec![entry.seq]),
+            }
+        }
+        units
+    }
+
+    pub(crate) fn unit_state(&self, unit: &[i64], now: Millis) -> UnitState {
+        let entries = unit.iter().map(|s| &self.outbox[s]);
+        let mut held = None::<Millis>;
+        let mut blocked = None::<Millis>;
+        for e in entries {
+            if let Some(after) = e.apply_after {
+                let until = after.max(e.retry_at.unwrap_or(Millis::MIN));
+                if until > now {
+                    held = Some(held.map_or(until, |h| h.max(until)));
+                }
+            } else if let Some(at) = e.retry_at.filter(|&at| at > now) {
+                blocked = Some(blocked.map_or(at, |b| b.max(at)));
+            }
+        }
+        match (held, blocked) {
+            (Some(h), _) => UnitState::Held(h),
+            (None, Some(b)) => UnitState::Blocked(b),
+            (None, None) => UnitState::Ready,
+        }
+    }
+
+    /// Units for the next request: ready units in issue order up to the slice width (at least
+    /// one unit, so a batch wider than the limit still goes whole), skipping held ones and
+    /// stopping at the first blocked one.
+    fn next_slice(&self, now: Millis) -> Vec<Vec<i64>> {
+        let limit = self.slice_limit();
+        let mut slice: Vec<Vec<i64>> = Vec::new();
+        let mut width = 0;
+        for unit in self.units() {
+            match self.unit_state(&unit, now) {
+                UnitState::Held(_) => continue,
+                UnitState::Blocked(_) => break,
+                UnitState::Ready => {
+                    if !slice.is_empty() && width + unit.len() > limit {
+                        break;
+                    }
+                    width += unit.len();
+                    slice.push(unit);
+                    if width >= limit {
+                        break;
+                    }
+                }
+            }
+        }
+        slice
+    }
+
+}
+
+/// The wire form of an entry.
+fn to_mutation(entry: &OutboxEntry) -> Mutation {
+    Mutation {
+        id: entry.id,
+        client_seq: entry.seq,
+        table: entry.table.clone(),
+        pk: entry.pk.clone(),
+        op: entry.op,
+        columns: entry.columns.clone(),
+        hlc: Some(entry.hlc.clone()),
+        read_seq: entry.read_seq,
+        batch: entry.batch,
+        apply_after: entry.apply_after.map(rfc3339),
+    }
+}

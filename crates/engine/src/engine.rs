@@ -1,0 +1,219 @@
+//! The engine's state and the bookkeeping every rule shares: the row mirror, meta, health.
+//!
+//! The rules themselves live beside it, each in its own file as `impl Engine` blocks:
+//! `outbox.rs` (local writes, coalescing), `delivery.rs`, `verdicts.rs` and
+//! `push_failures.rs` (push), `dead_letters.rs`,
+//! `pull.rs` and `commit.rs` (pull runs and checkpoints), `schedule.rs` (when to wake).
+
+use std::collections::BTreeMap;
+
+use crate::config::Config;
+use crate::delivery::PushState;
+use crate::prng::{Prng, mix_seed};
+use crate::pull::PullState;
+use crate::rebase::{replay, row_op};
+use crate::records::{Checkpoint, Counters, DeadLetter, Meta, Millis, OutboxEntry, PersistedState, RowKey, RowRecord};
+use crate::status::{Health, Status};
+use crate::transaction::StoreOp;
+use uuid::Uuid;
+
+/// The sans-IO sync engine. See the crate docs for how an adapter drives it.
+#[derive(Debug)]
+pub struct Engine {
+    pub(crate) config: Config,
+    pub(crate) meta: Meta,
+    /// Live entries by `seq` (issue order).
+    pub(crate) outbox: BTreeMap<i64, OutboxEntry>,
+    /// Dead letters, sorted by `entry.seq`.
+    pub(crate) dead: Vec<DeadLetter>,
+    /// Mirror of the `rows` records of tracked keys (keys with an outbox or dead entry), so a
+    /// verdict or dead letter can recompute `visible` from `base` without reading the store.
+    pub(crate) rows: BTreeMap<RowKey, RowRecord>,
+    pub(crate) prng: Prng,
+    pub(crate) push: PushState,
+    pub(crate) pull: PullState,
+    pub(crate) health: HealthState,
+    pub(crate) online: bool,
+}
+
+/// Request outcomes behind [`Health`].
+#[derive(Debug, Default)]
+pub(crate) struct HealthState {
+    pub failure_streak: u32,
+    pub last_error: Option<String>,
+    pub last_success_at: Option<Millis>,
+}
+
+impl Engine {
+    /// Builds an engine over what the adapter loaded. `seed` feeds the internal PRNG (mutation
+    /// ids, jitter): pass fresh randomness from `crypto.getRandomValues` in the browser, a fixed
+    /// value in tests. The engine starts online, with a pull due.
+    pub fn new(config: Config, state: PersistedState, seed: u64) -> Engine {
+        let PersistedState { meta, outbox, mut dead, rows } = state;
+        dead.sort_by_key(|d| d.entry.seq);
+        let outbox: BTreeMap<i64, OutboxEntry> = outbox.into_iter().map(|e| (e.seq, e)).collect();
+        let mut meta = meta;
+        // Defensive: a `next_seq` behind a live entry would reuse a number.
+        let highest = outbox.keys().chain(dead.iter().map(|d| &d.entry.seq)).max().copied().unwrap_or(0);
+        meta.next_seq = meta.next_seq.max(highest + 1);
+        let prng = Prng::new(mix_seed(seed, meta.client_id, meta.next_seq));
+        let mut engine = Engine {
+            config,
+            meta,
+            outbox,
+            dead,
+            rows: rows.into_iter().map(|r| (r.key(), r)).collect(),
+            prng,
+            push: PushState::default(),
+            pull: PullState::new(),
+            health: HealthState::default(),
+            online: true,
+        };
+        // Rows the adapter loaded beyond the tracked keys are not needed in memory.
+        let untracked: Vec<RowKey> = engine.rows.keys().filter(|k| !engine.is_tracked(k)).cloned().collect();
+        for key in untracked {
+            engine.rows.remove(&key);
+        }
+        engine
+    }
+
+    /// The state of a device that never synced: no entries, no checkpoint, `next_seq` 1.
+    pub fn fresh_state(client_id: Uuid) -> PersistedState {
+        PersistedState {
+            meta: Meta {
+                client_id,
+                next_seq: 1,
+                checkpoint: Checkpoint::default(),
+                counters: Counters::default(),
+                hlc_last: None,
+                slice_limit: None,
+            },
+            outbox: Vec::new(),
+            dead: Vec::new(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// The engine's configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The current `meta` record (what the last `PutMeta` persisted).
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    /// The committed checkpoint.
+    pub fn checkpoint(&self) -> &Checkpoint {
+        &self.meta.checkpoint
+    }
+
+    /// The dead-letter store, in `seq` order.
+    pub fn dead_letters(&self) -> &[DeadLetter] {
+        &self.dead
+    }
+
+    /// Every live outbox entry, in issue order.
+    pub fn outbox(&self) -> impl Iterator<Item = &OutboxEntry> {
+        self.outbox.values()
+    }
+
+    /// The pending entries for `key`, in seq order: what is replayed over its base.
+    pub fn pending_for<'a>(&'a self, key: &'a RowKey) -> impl Iterator<Item = &'a OutboxEntry> + 'a {
+        self.outbox.values().filter(move |e| e.is_for(key))
+    }
+
+    /// Tells the engine whether the network is up. While offline, `poll_push` and `poll_pull`
+    /// return nothing and `next_wake` is `None`; coming back online makes a pull due at once.
+    pub fn set_online(&mut self, online: bool) {
+        if online && !self.online {
+            self.pull.requested = true;
+            self.pull.retry_at = None;
+        }
+        self.online = online;
+    }
+
+    /// Outbox status and durable counters.
+    pub fn status(&self) -> Status {
+        let c = &self.meta.counters;
+        Status {
+            pending: self.outbox.len(),
+            retrying: self.outbox.values().filter(|e| e.last_error.is_some()).count(),
+            delayed_pending: self.outbox.values().filter(|e| e.apply_after.is_some()).count(),
+            dead_letters: self.dead.len(),
+            applied: c.applied,
+            rejected: c.rejected,
+            skipped: c.skipped,
+            delayed: c.delayed,
+            dead_lettered: c.dead_lettered,
+        }
+    }
+
+    /// Sync health at `now`.
+    pub fn health(&self, now: Millis) -> Health {
+        Health {
+            failure_streak: self.health.failure_streak,
+            last_error: self.health.last_error.clone(),
+            last_success_at: self.health.last_success_at,
+            in_flight: self.push.in_flight.is_some(),
+            pulling: self.pull.run.is_some(),
+            online: self.online,
+            next_wake_at: self.next_wake(now),
+        }
+    }
+
+    // ---- shared bookkeeping -------------------------------------------------------------
+
+    /// True when `key` has an outbox entry or a dead letter, i.e. its row is mirrored.
+    pub(crate) fn is_tracked(&self, key: &RowKey) -> bool {
+        self.outbox.values().any(|e| e.is_for(key)) || self.dead.iter().any(|d| d.entry.is_for(key))
+    }
+
+    /// The mirrored record of `key`, or an empty one.
+    pub(crate) fn mirrored(&self, key: &RowKey) -> RowRecord {
+        self.rows.get(key).cloned().unwrap_or_else(|| RowRecord::empty(key))
+    }
+
+    /// Recomputes `visible` for `key` from `record.base` and the live pending entries, updates
+    /// the mirror (dropping it when the key is no longer tracked) and returns the store op.
+    pub(crate) fn settle_row(&mut self, mut record: RowRecord) -> StoreOp {
+        let key = record.key();
+        record.visible = replay(record.base.as_ref(), self.pending_for(&key));
+        if self.is_tracked(&key) {
+            self.rows.insert(key, record.clone());
+        } else {
+            self.rows.remove(&key);
+        }
+        row_op(record)
+    }
+
+    /// The op that persists the current meta record.
+    pub(crate) fn put_meta(&self) -> StoreOp {
+        StoreOp::PutMeta(self.meta.clone())
+    }
+
+    /// Hands out the next `client_seq` (persisted through the next `put_meta`).
+    pub(crate) fn take_seq(&mut self) -> i64 {
+        let seq = self.meta.next_seq;
+        self.meta.next_seq += 1;
+        seq
+    }
+
+    /// Issues the next HLC (persisted through the next `put_meta`).
+    pub(crate) fn take_hlc(&mut self, now: Millis) -> String {
+        let hlc = crate::hlc::next_hlc(self.meta.hlc_last.as_deref(), now, self.meta.client_id);
+        self.meta.hlc_last = Some(hlc.clone());
+        hlc
+    }
+
+    pub(crate) fn note_success(&mut self, now: Millis) {
+        self.health.failure_streak = 0;
+        self.health.last_success_at = Some(now);
+    }
+
+    pub(crate) fn note_failure(&mut self, error: String) {
+        self.health.failure_streak += 1;
+        self.health.last_error = Some(error);
+    }
+}

@@ -1,0 +1,237 @@
+//! Pull runs: one at a time, pages staged until the closing page, lifecycle restarts.
+//!
+//! A run starts from the committed cursor (`null` before the first commit or when
+//! rehydrating). Pages with `done: false` go to `staging`; the page with `done: true` yields
+//! a [`CommitPlan`](crate::CommitPlan) the adapter executes in one IndexedDB transaction. A run
+//! cut off anywhere (failure, refused page, reload) leaves the committed rows and cursor as
+//! they were; the next run starts over from the committed cursor.
+//!
+//! The committed cursor never moves backwards: a page whose horizon is below the committed
+//! horizon (or below an earlier page of the same run) is refused and the run abandoned. The
+//! one exception is a rehydrate after `SERVER_RESET`: the server's history was replaced, so
+//! the new snapshot's horizon stands on its own (the seed's "a rehydrate replaces the
+//! expired local snapshot instead of continuing its old history").
+
+use kizuna_protocol::{Conflict, ErrorClass, Lifecycle, PROTOCOL_VERSION, PullPage, PullRequest};
+
+use crate::backoff;
+use crate::commit::CommitPlan;
+use crate::engine::Engine;
+use crate::inputs::Failure;
+use crate::records::Millis;
+use crate::transaction::{Event, StoreOp, Transaction};
+
+/// What to do with a page.
+#[derive(Debug)]
+pub enum PullStep {
+    /// Persist the page to staging (with a progress event), then send `next`.
+    Stage {
+        /// `PutStaging` (preceded by `ClearStaging` on a run's first page) and `PullProgress`.
+        tx: Transaction,
+        /// The request for the next page.
+        next: PullRequest,
+    },
+    /// The run reached `done: true`: execute the plan in one IndexedDB transaction.
+    Commit(CommitPlan),
+    /// A lifecycle signal: apply `tx` (the announcement and `ClearStaging`), then send `next`,
+    /// which pulls from `null` in rehydrate mode.
+    Restart {
+        /// `ClearStaging` and `CheckpointExpired` / `ServerReset`.
+        tx: Transaction,
+        /// The first request of the rehydrating run.
+        next: PullRequest,
+    },
+    /// The page was refused (its horizon would move the checkpoint backwards, a repeated
+    /// lifecycle signal) or no run was waiting for it. The run is over; apply `tx`
+    /// (`ClearStaging` and a `PullFailed` event); the engine retries after a backoff.
+    Abandoned {
+        /// `ClearStaging` and `PullFailed`, or nothing for a page nobody waited for.
+        tx: Transaction,
+    },
+}
+
+/// Pull scheduling and the run in progress.
+#[derive(Debug)]
+pub(crate) struct PullState {
+    /// A wake-up, `request_pull` or reconnect asked for a pull.
+    pub requested: bool,
+    /// `request_pull` asked: ignore the failure backoff.
+    pub forced: bool,
+    /// When the periodic pull is next due (`None`: now).
+    pub next_scheduled_at: Option<Millis>,
+    /// Backoff after a failed run.
+    pub retry_at: Option<Millis>,
+    /// Consecutive failed runs.
+    pub streak: u32,
+    pub run: Option<PullRun>,
+}
+
+/// The run in progress.
+#[derive(Debug, Clone)]
+pub(crate) struct PullRun {
+    /// The lifecycle signal that made this a rehydrating run from `null`.
+    pub rehydrate: Option<Lifecycle>,
+    /// Whether this run started from `null`.
+    pub from_null: bool,
+    pub pages: u32,
+    pub entries: u64,
+    pub horizon: Option<i64>,
+    pub conflicts: Vec<Conflict>,
+    /// The closing page arrived; the plan is with the adapter.
+    pub committing: bool,
+}
+
+impl PullState {
+    pub(crate) fn new() -> PullState {
+        PullState { requested: true, forced: false, next_scheduled_at: None, retry_at: None, streak: 0, run: None }
+    }
+
+    /// When the next run may start, if no run is active.
+    pub(crate) fn due_at(&self) -> Option<Millis> {
+        if self.run.is_some() {
+            return None;
+        }
+        if self.forced {
+            return Some(Millis::MIN);
+        }
+        let backoff = self.retry_at.unwrap_or(Millis::MIN);
+        let wanted = if self.requested { Millis::MIN } else { self.next_scheduled_at.unwrap_or(Millis::MIN) };
+        Some(wanted.max(backoff))
+    }
+}
+
+impl Engine {
+    /// Starts a pull run when one is due (first start, reconnect, `wake`, `request_pull`, the
+    /// interval, a backoff that ran out) and none is in progress; `None` while offline.
+    pub fn poll_pull(&mut self, now: Millis) -> Option<PullRequest> {
+        if !self.online || self.pull.due_at()? > now {
+            return None;
+        }
+        self.pull.requested = false;
+        self.pull.forced = false;
+        let cursor = self.meta.checkpoint.cursor.clone();
+        self.pull.run = Some(PullRun {
+            rehydrate: None,
+            from_null: cursor.is_none(),
+            pages: 0,
+            entries: 0,
+            horizon: None,
+            conflicts: Vec::new(),
+            committing: false,
+        });
+        Some(self.pull_request(cursor))
+    }
+
+    /// A server wake-up hint: pull soon (still after a failure backoff).
+    pub fn wake(&mut self) {
+        self.pull.requested = true;
+    }
+
+    /// The app asked to sync now: pull at the next `poll_pull`, ignoring the failure backoff.
+    pub fn request_pull(&mut self) {
+        self.pull.requested = true;
+        self.pull.forced = true;
+    }
+
+    /// Handles one page of the run in progress.
+    pub fn on_pull_page(&mut self, now: Millis, page: PullPage) -> PullStep {
+        let Some(run) = self.pull.run.as_mut().filter(|r| !r.committing) else {
+            return PullStep::Abandoned { tx: Transaction::default() };
+        };
+        if let Some(signal) = page.lifecycle {
+            if run.from_null {
+                // A run from null cannot expire; the server is confused. Back off, do not loop.
+                let message = format!("{} on a run from the beginning", signal.as_str());
+                return PullStep::Abandoned { tx: self.abandon_run(now, signal.as_str(), &message, true) };
+            }
+            *run = PullRun {
+                rehydrate: Some(signal),
+                from_null: true,
+                pages: 0,
+                entries: 0,
+                horizon: None,
+                conflicts: Vec::new(),
+                committing: false,
+            };
+            let event = match signal {
+                Lifecycle::CheckpointExpired => Event::CheckpointExpired,
+                Lifecycle::ServerReset => Event::ServerReset,
+            };
+            let tx = Transaction { ops: vec![StoreOp::ClearStaging], events: vec![event] };
+            return PullStep::Restart { tx, next: self.pull_request(None) };
+        }
+
+        let committed = self.meta.checkpoint.horizon;
+        let floor = match run.rehydrate {
+            Some(Lifecycle::ServerReset) => run.horizon.unwrap_or(i64::MIN),
+            _ => run.horizon.unwrap_or(i64::MIN).max(committed),
+        };
+        if page.horizon < floor {
+            let message = format!("page horizon {} is below {}; the checkpoint never moves backwards", page.horizon, floor);
+            return PullStep::Abandoned { tx: self.abandon_run(now, "CURSOR_REGRESSION", &message, true) };
+        }
+
+        let page_no = run.pages;
+        run.pages += 1;
+        run.entries += page.entries.len() as u64;
+        run.horizon = Some(page.horizon);
+        run.conflicts.extend(page.conflicts.iter().flatten().cloned());
+        if page.done {
+            run.committing = true;
+            let run = run.clone();
+            return PullStep::Commit(CommitPlan::new(self, run, page));
+        }
+        let progress = Event::PullProgress { pages: run.pages, entries: run.entries };
+        let next = self.pull_request(Some(page.cursor.clone()));
+        let mut ops = Vec::new();
+        if page_no == 0 {
+            // Pages of an earlier, abandoned run (a reload mid-run) must not be read back.
+            ops.push(StoreOp::ClearStaging);
+        }
+        ops.push(StoreOp::PutStaging { page_no, page });
+        PullStep::Stage { tx: Transaction { ops, events: vec![progress] }, next }
+    }
+
+    /// The run in progress failed (request failure, or the adapter could not apply its commit).
+    /// Committed rows and cursor stay as they were; staging is cleared; a new run is tried after
+    /// a backoff.
+    pub fn on_pull_failure(&mut self, now: Millis, failure: Failure) -> Transaction {
+        if self.pull.run.is_none() {
+            return Transaction::default();
+        }
+        let retryable = ErrorClass::of(failure.status, Some(&failure.code)).is_retryable();
+        self.abandon_run(now, &failure.code, &failure.message, retryable)
+    }
+
+    fn abandon_run(&mut self, now: Millis, code: &str, message: &str, retryable: bool) -> Transaction {
+        self.pull.run = None;
+        self.pull.requested = true;
+        self.pull.streak += 1;
+        let wait = backoff::delay(self.pull.streak, self.config.retry_base_ms, self.config.retry_max_ms, &mut self.prng);
+        self.pull.retry_at = Some(now + wait);
+        self.note_failure(format!("{code}: {message}"));
+        Transaction {
+            ops: vec![StoreOp::ClearStaging],
+            events: vec![Event::PullFailed { code: code.into(), message: message.into(), retryable }],
+        }
+    }
+
+    pub(crate) fn pull_request(&self, cursor: Option<String>) -> PullRequest {
+        PullRequest {
+            protocol: PROTOCOL_VERSION,
+            client_id: self.meta.client_id,
+            cursor,
+            buckets: self.config.buckets.clone(),
+            limit: self.config.pull_limit,
+        }
+    }
+
+    /// Closes the run after its commit was applied: the next periodic pull is an interval away.
+    pub(crate) fn end_run_committed(&mut self, now: Millis) {
+        self.pull.run = None;
+        self.pull.streak = 0;
+        self.pull.retry_at = None;
+        self.pull.next_scheduled_at = Some(now + self.config.pull_interval_ms);
+        self.note_success(now);
+    }
+}

@@ -1,0 +1,84 @@
+//! Whole-request push failures: retry with backoff, charge a lone unit, or narrow the slice.
+//!
+//! Classification is `ErrorClass::of(status, code)`, shared with the server crate. Retryable
+//! failures (network, timeout, 5xx, 401, `AUTH_SESSION_*`, anything unknown) never touch the
+//! dead-letter budget. A permanent failure is charged only to a slice of exactly one delivery
+//! unit; a wider slice is narrowed (see `delivery.rs`) and resent at once.
+
+use kizuna_protocol::{ErrorClass, codes};
+
+use crate::backoff;
+use crate::engine::Engine;
+use crate::inputs::Failure;
+use crate::records::Millis;
+use crate::transaction::{Event, StoreOp, Transaction};
+
+impl Engine {
+    /// Handles a push request that failed as a whole. Retryable (by `ErrorClass::of`): every
+    /// entry backs off, nothing is charged. Permanent: a slice of one unit is charged (and
+    /// dead-lettered at `max_permanent_failures`); a wider slice is narrowed and resent at once.
+    pub fn on_push_failure(&mut self, now: Millis, failure: Failure) -> Transaction {
+        let Some(in_flight) = self.push.in_flight.take() else {
+            return Transaction::default();
+        };
+        let class = ErrorClass::of(failure.status, Some(&failure.code));
+        let error = failure.describe();
+        self.note_failure(error.clone());
+        self.push.streak += 1;
+        let mut tx = Transaction::default();
+        tx.events.push(Event::PushFailed {
+            code: failure.code.clone(),
+            message: failure.message.clone(),
+            retryable: class.is_retryable(),
+        });
+
+        if class.is_retryable() {
+            let wait = backoff::delay(self.push.streak, self.config.retry_base_ms, self.config.retry_max_ms, &mut self.prng);
+            for seq in in_flight.seqs() {
+                if let Some(e) = self.outbox.get_mut(&seq) {
+                    e.retry_at = Some(now + wait);
+                    e.last_error = Some(error.clone());
+                    tx.ops.push(StoreOp::PutOutbox(e.clone()));
+                }
+            }
+        } else if in_flight.units.len() == 1 {
+            self.charge_unit(now, &in_flight.units[0], &error, &mut tx);
+        } else {
+            let width: usize = in_flight.units.iter().map(Vec::len).sum();
+            let narrowed = if failure.code == codes::BATCH_TOO_LARGE { (width / 2).max(1) } else { 1 };
+            self.meta.slice_limit = Some(narrowed as u32);
+            for seq in in_flight.seqs() {
+                if let Some(e) = self.outbox.get_mut(&seq) {
+                    e.last_error = Some(error.clone());
+                    tx.ops.push(StoreOp::PutOutbox(e.clone()));
+                }
+            }
+            tx.ops.push(self.put_meta());
+        }
+        tx
+    }
+
+    /// Charges one permanent refusal to a delivery unit that went alone: below the budget it
+    /// backs off (blocking the queue, to keep issue order), at the budget it is dead-lettered.
+    fn charge_unit(&mut self, now: Millis, unit: &[i64], error: &str, tx: &mut Transaction) {
+        let mut used = 0;
+        for seq in unit {
+            if let Some(e) = self.outbox.get_mut(seq) {
+                e.permanent_failures += 1;
+                e.last_error = Some(error.to_string());
+                used = used.max(e.permanent_failures);
+            }
+        }
+        if used >= self.config.max_permanent_failures {
+            self.dead_letter_unit(now, unit, error, tx);
+            return;
+        }
+        let wait = backoff::delay(used, self.config.retry_base_ms, self.config.retry_max_ms, &mut self.prng);
+        for seq in unit {
+            if let Some(e) = self.outbox.get_mut(seq) {
+                e.retry_at = Some(now + wait);
+                tx.ops.push(StoreOp::PutOutbox(e.clone()));
+            }
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! Replaying writes over a row: the one rule behind local writes, verdicts and checkpoints.
+//!
+//! `visible = replay(pending writes for the key, in seq order) over base`: so unsent edits stay
+//! on screen and the columns they do not touch show whatever the server says underneath.
+
+use kizuna_protocol::{Op, Row};
+
+use crate::records::{OutboxEntry, RowRecord};
+use crate::transaction::StoreOp;
+
+/// One write over a row: upsert replaces, patch merges (over nothing it yields just the
+/// columns it assigns, so the writer reads its own write), delete removes.
+pub fn apply_op(row: Option<Row>, op: Op, columns: Option<&Row>) -> Option<Row> {
+    match op {
+        Op::Upsert => Some(columns.cloned().unwrap_or_default()),
+        Op::Delete => None,
+        Op::Patch => {
+            let mut merged = row.unwrap_or_default();
+            if let Some(cols) = columns {
+                for (column, value) in cols {
+                    merged.insert(column.clone(), value.clone());
+                }
+            }
+            Some(merged)
+        }
+    }
+}
+
+/// Replays `pending` (already in seq order) over `base`.
+pub fn replay<'a>(base: Option<&Row>, pending: impl IntoIterator<Item = &'a OutboxEntry>) -> Option<Row> {
+    pending.into_iter().fold(base.cloned(), |row, entry| apply_op(row, entry.op, entry.columns.as_ref()))
+}
+
+/// The store operation that persists `record`: a record with neither a base nor a visible
+/// row carries no information, so it is deleted rather than kept as an empty shell.
+pub fn row_op(record: RowRecord) -> StoreOp {
+    if record.base.is_none() && record.visible.is_none() {
+        StoreOp::DeleteRow(record.key())
+    } else {
+        StoreOp::PutRow(record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn row(v: serde_json::Value) -> Row {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn patch_merges_upsert_replaces_delete_removes() {
+        let base = row(json!({"a": 1, "b": 2}));
+        assert_eq!(apply_op(Some(base.clone()), Op::Patch, Some(&row(json!({"b": 3})))), Some(row(json!({"a": 1, "b": 3}))));
+        assert_eq!(apply_op(Some(base.clone()), Op::Upsert, Some(&row(json!({"c": 4})))), Some(row(json!({"c": 4}))));
+        assert_eq!(apply_op(Some(base), Op::Delete, None), None);
+        assert_eq!(apply_op(None, Op::Patch, Some(&row(json!({"b": 3})))), Some(row(json!({"b": 3}))));
+    }
+}

@@ -1,0 +1,125 @@
+//! The server's per-mutation verdicts on the push in flight.
+//!
+//! `APPLIED` and `SKIPPED` acknowledge (a `replayed` verdict exactly like a first one: the
+//! ledger returns what it recorded, the effect happened once). `REJECTED` compensates: the
+//! base becomes the server's row and the still-pending writes for the key are replayed on top.
+//! `DELAYED` keeps the entry pending, refunding the attempt. Nothing is dropped quietly: a
+//! mutation without a usable verdict stays pending and backs off.
+
+use kizuna_protocol::{PushResponse, VerdictStatus};
+
+use crate::backoff;
+use crate::engine::Engine;
+use crate::rebase::apply_op;
+use crate::records::{Millis, RowKey};
+use crate::transaction::{ChangeOrigin, Event, StoreOp, Transaction};
+
+impl Engine {
+    /// Handles the server's answer to the request in flight: one verdict per mutation.
+    /// `APPLIED` and `SKIPPED` acknowledge (a `replayed` verdict exactly like a first one);
+    /// `REJECTED` compensates; `DELAYED` keeps the entry without counting the attempt. A
+    /// mutation without a usable verdict stays pending and backs off like a retryable failure.
+    pub fn on_push_response(&mut self, now: Millis, response: PushResponse) -> Transaction {
+        let Some(in_flight) = self.push.in_flight.take() else {
+            return Transaction::default();
+        };
+        self.note_success(now);
+        self.push.streak = 0;
+        let mut tx = Transaction::default();
+        let mut touched: Vec<RowKey> = Vec::new();
+        let mut compensated: Vec<RowKey> = Vec::new();
+        let mut unanswered = 0usize;
+
+        for seq in in_flight.seqs() {
+            let Some(entry) = self.outbox.get(&seq).cloned() else { continue };
+            let key = entry.key();
+            let verdict = response.verdicts.iter().find(|v| v.id == entry.id);
+            match verdict.map(|v| (v.status, v)) {
+                Some((VerdictStatus::Applied | VerdictStatus::Skipped, v)) => {
+                    self.outbox.remove(&seq);
+                    tx.ops.push(StoreOp::DeleteOutbox(seq));
+                    if v.status == VerdictStatus::Applied {
+                        self.meta.counters.applied += 1;
+                    } else {
+                        self.meta.counters.skipped += 1;
+                    }
+                    // The server now holds this write: fold it into the base, so compensating
+                    // a later write on the key cannot make it vanish before the next pull.
+                    let mut record = self.mirrored(&key);
+                    record.base = apply_op(record.base.take(), entry.op, entry.columns.as_ref());
+                    self.rows.insert(key.clone(), record);
+                    touched.push(key);
+                    tx.events.push(Event::Applied { id: entry.id, seq: v.seq });
+                }
+                Some((VerdictStatus::Rejected, v)) if v.reason.is_some() => {
+                    self.outbox.remove(&seq);
+                    tx.ops.push(StoreOp::DeleteOutbox(seq));
+                    self.meta.counters.rejected += 1;
+                    let mut record = self.mirrored(&key);
+                    record.base = v.server_row.clone();
+                    self.rows.insert(key.clone(), record);
+                    compensated.push(key);
+                    tx.events.push(Event::Rejected {
+                        mutation: entry,
+                        reason: v.reason.expect("checked"),
+                        server_row: v.server_row.clone(),
+                    });
+                }
+                Some((VerdictStatus::Delayed, _)) => {
+                    self.meta.counters.delayed += 1;
+                    let retry_base = self.config.retry_base_ms;
+                    let e = self.outbox.get_mut(&seq).expect("live");
+                    e.attempts = e.attempts.saturating_sub(1);
+                    e.permanent_failures = 0;
+                    e.retry_at = Some(e.apply_after.unwrap_or(Millis::MIN).max(now + retry_base));
+                    tx.ops.push(StoreOp::PutOutbox(e.clone()));
+                }
+                // No verdict, or a refusal without its reason: not an answer we may act on.
+                _ => {
+                    unanswered += 1;
+                    let wait = backoff::delay(1, self.config.retry_base_ms, self.config.retry_max_ms, &mut self.prng);
+                    let e = self.outbox.get_mut(&seq).expect("live");
+                    e.retry_at = Some(now + wait);
+                    e.last_error = Some("BAD_RESPONSE: no usable verdict for this mutation".into());
+                    tx.ops.push(StoreOp::PutOutbox(e.clone()));
+                }
+            }
+        }
+
+        // Settle each key once, after all its verdicts moved the base.
+        let mut remote_changes = Vec::new();
+        let all: std::collections::BTreeSet<RowKey> = touched.iter().chain(&compensated).cloned().collect();
+        for key in all {
+            let record = self.mirrored(&key);
+            let before = record.visible.clone();
+            let op = self.settle_row(record);
+            let after = match &op {
+                StoreOp::PutRow(r) => r.visible.clone(),
+                _ => None,
+            };
+            tx.ops.push(op);
+            if after != before && !compensated.contains(&key) {
+                remote_changes.push(key);
+            }
+        }
+        if !remote_changes.is_empty() {
+            tx.events.push(Event::Change { keys: remote_changes, origin: ChangeOrigin::Remote });
+        }
+        if !compensated.is_empty() {
+            compensated.sort();
+            compensated.dedup();
+            tx.events.push(Event::Change { keys: compensated, origin: ChangeOrigin::Compensation });
+        }
+        if unanswered > 0 {
+            let message = format!("{unanswered} mutation(s) came back without a usable verdict");
+            self.health.last_error = Some(format!("BAD_RESPONSE: {message}"));
+            tx.events.push(Event::PushFailed { code: "BAD_RESPONSE".into(), message, retryable: true });
+        }
+        if self.outbox.is_empty() {
+            self.meta.slice_limit = None;
+        }
+        tx.ops.push(self.put_meta());
+        tx
+    }
+
+}
