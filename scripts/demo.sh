@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# `make demo`: builds the npm package into pkg/, starts PostgreSQL (unless DATABASE_URL is set)
+# and kizuna-server serving www/ and pkg/, and prints the URL. Ctrl-C stops everything.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup-tools.sh
+source scripts/lib.sh
+wasm-pack build --release --target web --out-dir pkg
+cargo build -p kizuna-server
+ensure_database demo
+url=$(start_gateway --www www --pkg pkg --dev-tokens --init-sql server/sql/examples/todos.sql)
+echo
+echo "Kizuna demo running at $url  (open it in two windows; Ctrl-C stops everything)"
+wait "${started_pids[@]}"

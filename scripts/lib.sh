@@ -1,0 +1,54 @@
+# Shared by test.sh, demo.sh and bench.sh: PATH, a free port, waiting for the gateway, and one
+# cleanup that stops everything a script started, whichever way it exits.
+export PATH="$HOME/.cargo/bin:$PWD/tools/node_modules/.bin:$PATH"
+started_pids=()
+started_pg=""
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+cleanup() {
+  for pid in "${started_pids[@]}"; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  if [ -n "$started_pg" ]; then scripts/pg.sh stop "$started_pg"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Uses DATABASE_URL when set; otherwise starts a throwaway cluster under target/.
+ensure_database() {
+  if [ -z "${DATABASE_URL:-}" ]; then
+    started_pg="target/pg-$1"
+    scripts/pg.sh stop "$started_pg"
+    DATABASE_URL=$(scripts/pg.sh start "$started_pg")
+  fi
+  export DATABASE_URL
+}
+
+# A fresh database on the same cluster, named NAME; prints its URL.
+fresh_database() {
+  psql "$DATABASE_URL" -qAtc "drop database if exists $1 with (force)" -c "create database $1" >/dev/null
+  echo "${DATABASE_URL%/*}/$1"
+}
+
+# Starts kizuna-server with the given flags, waits until /healthz answers, prints its URL.
+start_gateway() {
+  local port log
+  port=$(free_port)
+  log="target/kizuna-server-$port.log"
+  target/debug/kizuna-server --listen "127.0.0.1:$port" "$@" >"$log" 2>&1 &
+  started_pids+=($!)
+  for _ in $(seq 1 300); do
+    if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/healthz', timeout=1)" 2>/dev/null; then
+      echo "http://127.0.0.1:$port"
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "kizuna-server did not become healthy; its log:" >&2
+  cat "$log" >&2
+  return 1
+}

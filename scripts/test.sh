@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# `make test`: every test, on real parts. Native unit tests; the server's tests against a real
+# PostgreSQL; the browser tests in headless Chromium against a running kizuna-server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup-tools.sh
+source scripts/lib.sh
+ensure_database test
+
+echo "== native and server tests"
+cargo test -p kizuna-protocol -p kizuna-engine -p kizuna-server
+
+echo "== browser tests (headless Chromium, real gateway, real PostgreSQL)"
+secret="kizuna-browser-test-secret"
+browser_db=$(fresh_database kizuna_browser)
+url=$(DATABASE_URL="$browser_db" start_gateway --jwt-secret "$secret" --reap-interval 0 \
+  --init-sql server/sql/examples/todos.sql)
+psql "$browser_db" -qf tests/fixtures/bulk.sql
+KIZUNA_TEST_URL="$url" KIZUNA_TEST_JWT_SECRET="$secret" CHROMEDRIVER=/usr/bin/chromedriver \
+  WASM_BINDGEN_TEST_TIMEOUT=600 wasm-pack test --headless --chrome -- --test browser

@@ -1,0 +1,276 @@
+//! The client core: feeds the engine its inputs (app writes, server answers, failures, the time)
+//! and carries its outputs to IndexedDB, fetch and the app's listeners.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+
+use futures_util::lock::Mutex;
+use kizuna_engine::{Config, Engine, EngineError, Failure, LocalWrite, PullStep, RowKey, RowRecord, StoreOp, Transaction};
+use kizuna_protocol::{ErrorClass, PullPage, PullRequest, PushResponse};
+use serde_json::{json, Value};
+
+use crate::error::ClientError;
+use crate::events::{self, SharedListeners};
+use crate::store::{Store, WriteTxn};
+use crate::transport::Transport;
+
+/// An upper bound on pushes in one `sync()`: narrowing resends at once, and this guarantees the call
+/// still ends if a server keeps answering in a way the engine has not seen.
+const MAX_PUSHES_PER_SYNC: usize = 10_000;
+
+pub fn now() -> i64 {
+    js_sys::Date::now() as i64
+}
+
+pub struct Inner {
+    pub store: Store,
+    pub engine: RefCell<Engine>,
+    pub config: Config,
+    pub transport: Transport,
+    pub listeners: SharedListeners,
+    /// One sync activity (push loop or pull run) at a time, whether started by `sync()` or a timer.
+    pub activity: Mutex<()>,
+    pub closed: Cell<bool>,
+    pub seed: Cell<u64>,
+}
+
+pub enum PushOutcome {
+    Idle,
+    Answered,
+    Failed(Failure, ErrorClass),
+}
+
+pub struct SyncReport {
+    pub pushes: usize,
+    pub push_error: Option<Failure>,
+    pub pulled: bool,
+}
+
+impl SyncReport {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "pushes": self.pushes,
+            "pulled": self.pulled,
+            "pushError": self.push_error.as_ref().map(|f| json!({"code": f.code, "message": f.message, "status": f.status})),
+        })
+    }
+}
+
+pub fn failure_error(f: &Failure) -> ClientError {
+    ClientError::new(&f.code, f.message.clone()).with_retryable(ErrorClass::of(f.status, Some(&f.code)).is_retryable())
+}
+
+/// Where a pull run goes after a page.
+enum Flow {
+    Next(PullRequest),
+    Committed,
+    Abandoned,
+}
+
+impl Inner {
+    fn emit(&self, tx: &Transaction) {
+        events::emit(&self.listeners, &tx.events);
+    }
+
+    /// The store refused a transaction after the engine had stepped: rebuild the engine from what
+    /// is durable, so memory never runs ahead of IndexedDB.
+    async fn recover(&self) {
+        if let Ok(Some(state)) = self.store.load().await {
+            let seed = self.seed.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
+            self.seed.set(seed);
+            *self.engine.borrow_mut() = Engine::new(self.config.clone(), state, seed);
+        }
+    }
+
+    /// Persists what an engine step returned and emits its events once it is durable.
+    async fn finish(&self, txn: WriteTxn, tx: &Transaction) -> Result<(), ClientError> {
+        let written = match txn.apply(&tx.ops) {
+            Ok(()) => txn.commit().await,
+            Err(e) => {
+                txn.abort();
+                Err(e)
+            }
+        };
+        if let Err(e) = written {
+            self.recover().await;
+            return Err(e);
+        }
+        self.emit(tx);
+        Ok(())
+    }
+
+    /// Runs one engine step inside one store transaction: reads the rows of `keys`, steps the
+    /// engine, writes what it returned. A refused step writes nothing and leaves the engine as it was.
+    async fn step<R>(
+        &self,
+        keys: &[RowKey],
+        f: impl FnOnce(&mut Engine, &BTreeMap<RowKey, RowRecord>) -> Result<(Transaction, R), EngineError>,
+    ) -> Result<R, ClientError> {
+        let txn = self.store.begin().await?;
+        let current = txn.rows(keys).await?;
+        let stepped = f(&mut self.engine.borrow_mut(), &current);
+        match stepped {
+            Ok((tx, r)) => {
+                self.finish(txn, &tx).await?;
+                Ok(r)
+            }
+            Err(e) => {
+                txn.abort();
+                Err(e.into())
+            }
+        }
+    }
+
+    pub async fn write(&self, writes: Vec<LocalWrite>) -> Result<(), ClientError> {
+        let keys: Vec<RowKey> = writes.iter().map(|w| RowKey::new(w.table.clone(), w.pk.clone())).collect();
+        let t = now();
+        self.step(&keys, |engine, current| Ok((engine.write(t, writes, current)?, ()))).await
+    }
+
+    pub async fn requeue_dead(&self, seq: i64) -> Result<(), ClientError> {
+        let t = now();
+        self.step(&[], |engine, _| Ok((engine.requeue_dead(t, seq)?, ()))).await
+    }
+
+    pub async fn discard_dead(&self, seq: i64) -> Result<(), ClientError> {
+        self.step(&[], |engine, _| Ok((engine.discard_dead(seq)?, ()))).await
+    }
+
+    /// Sends the next due slice, if any, and feeds the answer back.
+    pub async fn push_once(&self) -> Result<PushOutcome, ClientError> {
+        let t = now();
+        let request = self
+            .step(&[], |engine, _| {
+                Ok(match engine.poll_push(t) {
+                    Some((request, tx)) => (tx, Some(request)),
+                    None => (Transaction::default(), None),
+                })
+            })
+            .await?;
+        let Some(request) = request else { return Ok(PushOutcome::Idle) };
+        match self.transport.rpc::<_, PushResponse>("kizuna_push", &request).await {
+            Ok(response) => {
+                let t = now();
+                self.step(&[], |engine, _| Ok((engine.on_push_response(t, response), ()))).await?;
+                Ok(PushOutcome::Answered)
+            }
+            Err(failure) => {
+                let class = ErrorClass::of(failure.status, Some(&failure.code));
+                let t = now();
+                let recorded = failure.clone();
+                self.step(&[], |engine, _| Ok((engine.on_push_failure(t, recorded), ()))).await?;
+                Ok(PushOutcome::Failed(failure, class))
+            }
+        }
+    }
+
+    /// Pushes until nothing is due. Returns the number of requests answered and the first failure.
+    async fn push_all(&self) -> Result<(usize, Option<(Failure, ErrorClass)>), ClientError> {
+        let mut answered = 0;
+        let mut first_failure = None;
+        for _ in 0..MAX_PUSHES_PER_SYNC {
+            match self.push_once().await? {
+                PushOutcome::Idle => break,
+                PushOutcome::Answered => answered += 1,
+                PushOutcome::Failed(f, class) => {
+                    let retryable = class.is_retryable();
+                    first_failure.get_or_insert((f, class));
+                    if retryable {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok((answered, first_failure))
+    }
+
+    /// One pull run from the committed cursor to its closing page. Returns false when no pull
+    /// was due.
+    pub async fn pull_run(&self) -> Result<bool, ClientError> {
+        let Some(mut request) = self.engine.borrow_mut().poll_pull(now()) else { return Ok(false) };
+        loop {
+            let page = match self.transport.rpc::<_, PullPage>("kizuna_pull", &request).await {
+                Ok(page) => page,
+                Err(failure) => {
+                    let t = now();
+                    let error = failure_error(&failure);
+                    self.step(&[], |engine, _| Ok((engine.on_pull_failure(t, failure), ()))).await?;
+                    return Err(error);
+                }
+            };
+            match self.feed_page(page).await? {
+                Flow::Next(next) => request = next,
+                Flow::Committed => return Ok(true),
+                Flow::Abandoned => {
+                    return Err(ClientError::new("PULL_ABANDONED", "the server sent a page that would move the checkpoint backwards; the run was abandoned and will be retried").with_retryable(true))
+                }
+            }
+        }
+    }
+
+    /// Hands a page to the engine inside a store transaction. Pages before the closing one are
+    /// staged; the closing page commits the whole run: the staged pages are read back in the same
+    /// transaction that writes the rows, so the run lands at once or not at all and no transaction
+    /// stays open across a network wait.
+    async fn feed_page(&self, page: PullPage) -> Result<Flow, ClientError> {
+        let txn = self.store.begin().await?;
+        let step = self.engine.borrow_mut().on_pull_page(now(), page);
+        let (tx, flow) = match step {
+            PullStep::Stage { tx, next } | PullStep::Restart { tx, next } => (tx, Flow::Next(next)),
+            PullStep::Abandoned { tx } => (tx, Flow::Abandoned),
+            PullStep::Commit(mut plan) => {
+                if plan.rehydrate() {
+                    txn.apply(&[StoreOp::ClearRows])?;
+                }
+                for page_no in 0..plan.staged_pages() {
+                    let staged = match txn.staged_page(page_no).await {
+                        Ok(p) => p,
+                        Err(e) => {
+                            txn.abort();
+                            self.recover().await;
+                            return Err(e);
+                        }
+                    };
+                    let ops: Vec<StoreOp> = staged.entries.iter().map(|e| plan.materialize(e)).collect();
+                    txn.apply(&ops)?;
+                }
+                (plan.finish(&mut self.engine.borrow_mut(), now()), Flow::Committed)
+            }
+        };
+        self.finish(txn, &tx).await?;
+        Ok(flow)
+    }
+
+    /// `sync()`: push what is due, then pull to the next checkpoint. A refused write never holds
+    /// remote rows back, so a permanent push failure still pulls; a retryable one (network, session)
+    /// would fail the pull the same way, so the call reports it instead.
+    pub async fn sync(&self) -> Result<SyncReport, ClientError> {
+        let _turn = self.activity.lock().await;
+        let (pushes, failure) = self.push_all().await?;
+        if let Some((f, class)) = &failure {
+            if class.is_retryable() {
+                return Err(failure_error(f));
+            }
+        }
+        self.engine.borrow_mut().request_pull();
+        let pulled = self.pull_run().await?;
+        Ok(SyncReport { pushes, push_error: failure.map(|(f, _)| f), pulled })
+    }
+
+    /// `pull()`: one pull run now, whatever the push side is doing.
+    pub async fn pull(&self) -> Result<bool, ClientError> {
+        let _turn = self.activity.lock().await;
+        self.engine.borrow_mut().request_pull();
+        self.pull_run().await
+    }
+
+    /// A timer fired: do whatever the engine says is due. Failures are already events.
+    pub async fn tick(&self) {
+        let Some(_turn) = self.activity.try_lock() else { return };
+        if self.closed.get() {
+            return;
+        }
+        let _ = self.push_all().await;
+        let _ = self.pull_run().await;
+    }
+}

@@ -1,0 +1,125 @@
+//! The fetch adapter: one POST to a PostgREST-style RPC path, with the caller's token, under a
+//! deadline. Every way a request can fail becomes a `Failure` the engine classifies.
+
+use js_sys::{Function, Promise, Reflect};
+use kizuna_engine::Failure;
+use kizuna_protocol::{codes, ErrorBody};
+use serde::{de::DeserializeOwned, Serialize};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{AbortController, Headers, RequestInit, Response};
+
+use crate::error::describe;
+
+/// How long a session lookup may take before the run fails with `AUTH_SESSION_TIMEOUT`, so a hung
+/// refresh fails one sync run instead of hanging it.
+const TOKEN_DEADLINE_MS: i32 = 10_000;
+
+pub struct Transport {
+    pub base_url: String,
+    pub token: Function,
+    pub fetch: Option<Function>,
+    pub apikey: Option<String>,
+    pub request_timeout_ms: i32,
+}
+
+fn failure(status: Option<u16>, code: &str, message: impl Into<String>) -> Failure {
+    Failure { status, code: code.to_string(), message: message.into() }
+}
+
+/// Resolves `promise`, or `None` once `ms` have passed.
+async fn within(promise: Promise, ms: i32) -> Option<Result<JsValue, JsValue>> {
+    let marker: JsValue = js_sys::Object::new().into();
+    let timer = Promise::new(&mut |resolve: Function, _| {
+        let _ = set_timeout(&resolve, ms, &marker);
+    });
+    match JsFuture::from(Promise::race(&js_sys::Array::of2(&promise, &timer))).await {
+        Ok(v) if v == marker => None,
+        other => Some(other),
+    }
+}
+
+/// `setTimeout(callback, ms, argument)` on whatever global this runs in (window or worker).
+pub fn set_timeout(callback: &Function, ms: i32, argument: &JsValue) -> Result<JsValue, JsValue> {
+    let global = js_sys::global();
+    let set: Function = Reflect::get(&global, &"setTimeout".into())?.unchecked_into();
+    set.call3(&global, callback, &ms.into(), argument)
+}
+
+impl Transport {
+    /// The current access token from the app's provider: a string, a promise of one, or null.
+    pub async fn access_token(&self) -> Result<String, Failure> {
+        let returned = self
+            .token
+            .call0(&JsValue::NULL)
+            .map_err(|e| failure(None, codes::AUTH_SESSION_MISSING, format!("token provider threw: {}", describe(&e))))?;
+        let promise = Promise::resolve(&returned);
+        let value = match within(promise, TOKEN_DEADLINE_MS).await {
+            None => return Err(failure(None, codes::AUTH_SESSION_TIMEOUT, "the session lookup did not settle within 10 seconds")),
+            Some(Err(e)) => return Err(failure(None, codes::AUTH_SESSION_MISSING, format!("token provider failed: {}", describe(&e)))),
+            Some(Ok(v)) => v,
+        };
+        match value.as_string() {
+            Some(token) if !token.is_empty() => Ok(token),
+            _ => Err(failure(None, codes::AUTH_SESSION_MISSING, "no authentication session: the token provider returned no token")),
+        }
+    }
+
+    /// POSTs `{"request": body}` to `/rest/v1/rpc/<function>` and decodes the answer.
+    pub async fn rpc<Req: Serialize, Res: DeserializeOwned>(&self, function: &str, body: &Req) -> Result<Res, Failure> {
+        let token = self.access_token().await?;
+        let payload = serde_json::to_string(&serde_json::json!({ "request": body }))
+            .map_err(|e| failure(None, codes::MALFORMED, format!("cannot encode the request: {e}")))?;
+        let url = format!("{}/rest/v1/rpc/{}", self.base_url.trim_end_matches('/'), function);
+
+        let headers = Headers::new().map_err(|e| failure(None, codes::NETWORK, describe(&e)))?;
+        let _ = headers.set("content-type", "application/json");
+        let _ = headers.set("authorization", &format!("Bearer {token}"));
+        if let Some(key) = &self.apikey {
+            let _ = headers.set("apikey", key);
+        }
+        let controller = AbortController::new().map_err(|e| failure(None, codes::NETWORK, describe(&e)))?;
+        let init = RequestInit::new();
+        init.set_method("POST");
+        init.set_headers(&headers);
+        init.set_body(&JsValue::from_str(&payload));
+        init.set_signal(Some(&controller.signal()));
+
+        let fetch = match &self.fetch {
+            Some(f) => f.clone(),
+            None => Reflect::get(&js_sys::global(), &"fetch".into())
+                .map_err(|e| failure(None, codes::NETWORK, describe(&e)))?
+                .unchecked_into(),
+        };
+        let started = fetch
+            .call2(&JsValue::NULL, &url.into(), &init)
+            .map_err(|e| failure(None, codes::NETWORK, format!("fetch threw: {}", describe(&e))))?;
+        let response = match within(Promise::resolve(&started), self.request_timeout_ms).await {
+            None => {
+                controller.abort();
+                return Err(failure(None, codes::TIMEOUT, format!("no answer within {} ms", self.request_timeout_ms)));
+            }
+            Some(Err(e)) => return Err(failure(None, codes::NETWORK, format!("network failure: {}", describe(&e)))),
+            Some(Ok(r)) => r,
+        };
+        let response: Response = response
+            .dyn_into()
+            .map_err(|_| failure(None, codes::NETWORK, "fetch resolved to something that is not a Response"))?;
+        let status = response.status();
+        let text = match response.text() {
+            Ok(p) => JsFuture::from(p).await.ok().and_then(|t| t.as_string()).unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        if (200..300).contains(&status) {
+            return serde_json::from_str(&text).map_err(|e| {
+                failure(Some(status), codes::NETWORK, format!("the server's answer does not decode: {e}"))
+            });
+        }
+        let body: Option<ErrorBody> = serde_json::from_str(&text).ok();
+        Err(match body {
+            Some(b) => failure(Some(status), &b.code, b.message),
+            None => failure(Some(status), &format!("HTTP{status}"), format!("HTTP {status}: {}", text.chars().take(200).collect::<String>())),
+        })
+    }
+}

@@ -1,0 +1,151 @@
+//! What every browser test needs: the running gateway's URL, tokens for made-up users, clients
+//! opened through the same `open` path JS uses, and a fetch that can lose answers on purpose.
+
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use js_sys::{Array, Function, Object, Promise, Reflect};
+use kizunasync::KizunaClient;
+use serde_json::{json, Value};
+use sha2::Sha256;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+
+pub const SERVER_URL: &str = match option_env!("KIZUNA_TEST_URL") {
+    Some(url) => url,
+    None => "http://127.0.0.1:8787",
+};
+const JWT_SECRET: &str = match option_env!("KIZUNA_TEST_JWT_SECRET") {
+    Some(secret) => secret,
+    None => "kizuna-dev-secret-change-me",
+};
+/// The owner of the 100,000 rows in tests/fixtures/bulk.sql.
+pub const BULK_USER: &str = "00000000-0000-4000-8000-000000000100";
+
+pub fn random_id() -> String {
+    let crypto = Reflect::get(&js_sys::global(), &"crypto".into()).unwrap();
+    let f: Function = Reflect::get(&crypto, &"randomUUID".into()).unwrap().unchecked_into();
+    f.call0(&crypto).unwrap().as_string().unwrap()
+}
+
+/// An HS256 token for `sub`, valid for an hour, signed with the gateway's secret.
+pub fn token_for(sub: &str) -> String {
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let exp = (js_sys::Date::now() / 1000.0) as i64 + 3600;
+    let header = b64.encode(json!({"alg": "HS256", "typ": "JWT"}).to_string());
+    let claims = b64.encode(json!({"sub": sub, "role": "authenticated", "exp": exp}).to_string());
+    let mut mac = Hmac::<Sha256>::new_from_slice(JWT_SECRET.as_bytes()).unwrap();
+    mac.update(format!("{header}.{claims}").as_bytes());
+    format!("{header}.{claims}.{}", b64.encode(mac.finalize().into_bytes()))
+}
+
+pub fn to_js(value: &Value) -> JsValue {
+    use serde::Serialize;
+    value.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).unwrap()
+}
+
+pub fn from_js(value: JsValue) -> Value {
+    serde_wasm_bindgen::from_value(value).unwrap_or(Value::Null)
+}
+
+/// Options for a client of `user` on database `name`, timers off so each test drives sync itself.
+pub fn options(name: &str, user: &str) -> Object {
+    let opts: Object = to_js(&json!({
+        "name": name,
+        "url": SERVER_URL,
+        "buckets": [format!("user:{user}")],
+        "autoSync": false,
+        "retryBaseMs": 5,
+        "retryMaxMs": 20,
+    }))
+    .unchecked_into();
+    let token = token_for(user);
+    let provider = Closure::<dyn Fn() -> JsValue>::new(move || JsValue::from_str(&token));
+    Reflect::set(&opts, &"token".into(), &provider.into_js_value()).unwrap();
+    opts
+}
+
+pub fn set(opts: &Object, key: &str, value: Value) {
+    Reflect::set(opts, &key.into(), &to_js(&value)).unwrap();
+}
+
+pub async fn open(opts: &Object) -> KizunaClient {
+    KizunaClient::connect(opts.clone().into()).await.expect("the client opens")
+}
+
+pub async fn call(promise: Promise) -> Result<JsValue, JsValue> {
+    JsFuture::from(promise).await
+}
+
+pub async fn ok(promise: Promise) -> Value {
+    match call(promise).await {
+        Ok(v) => from_js(v),
+        Err(e) => panic!("call failed: {:?}", from_js(e.clone()).to_string() + &format!(" {e:?}")),
+    }
+}
+
+pub fn error_code(err: &JsValue) -> String {
+    Reflect::get(err, &"code".into()).ok().and_then(|c| c.as_string()).unwrap_or_default()
+}
+
+pub async fn sleep(ms: i32) {
+    let p = Promise::new(&mut |resolve, _| {
+        let global = js_sys::global();
+        let set: Function = Reflect::get(&global, &"setTimeout".into()).unwrap().unchecked_into();
+        set.call2(&global, &resolve, &ms.into()).unwrap();
+    });
+    JsFuture::from(p).await.unwrap();
+}
+
+/// Records every event of `name` the client emits.
+pub fn record(client: &KizunaClient, name: &str) -> Array {
+    let seen = Array::new();
+    let sink = seen.clone();
+    let listener = Closure::<dyn Fn(JsValue)>::new(move |e: JsValue| {
+        sink.push(&e);
+    });
+    client.on(name.to_string(), listener.into_js_value().unchecked_into()).unwrap();
+    seen
+}
+
+/// A fetch that forwards to the real one, and on the calls `decide` picks either never sends the
+/// request (`Refuse`) or sends it and throws the answer away (`LoseAnswer`), as a dropped
+/// connection would.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Fault {
+    Pass,
+    Refuse,
+    LoseAnswer,
+}
+
+pub fn faulty_fetch(decide: impl Fn(&str, u32) -> Fault + 'static) -> Function {
+    let count = std::cell::Cell::new(0u32);
+    let closure = Closure::<dyn Fn(JsValue, JsValue) -> Promise>::new(move |url: JsValue, init: JsValue| {
+        let n = count.get() + 1;
+        count.set(n);
+        let url_text = url.as_string().unwrap_or_default();
+        let global = js_sys::global();
+        let real: Function = Reflect::get(&global, &"fetch".into()).unwrap().unchecked_into();
+        match decide(&url_text, n) {
+            Fault::Pass => real.call2(&global, &url, &init).unwrap().unchecked_into(),
+            Fault::Refuse => Promise::reject(&js_sys::TypeError::new("Failed to fetch (refused by the test)").into()),
+            Fault::LoseAnswer => {
+                let sent: Promise = real.call2(&global, &url, &init).unwrap().unchecked_into();
+                let lose = Closure::once_into_js(|_r: JsValue| -> Result<JsValue, JsValue> {
+                    Err(js_sys::TypeError::new("Failed to fetch (answer lost by the test)").into())
+                });
+                sent.then(&lose.unchecked_into())
+            }
+        }
+    });
+    closure.into_js_value().unchecked_into()
+}
+
+/// The row as the server has it for `user`, read through a fresh client that pulls once.
+pub async fn server_view(user: &str, table: &str, pk: &str) -> Value {
+    let client = open(&options(&format!("observer-{}", random_id()), user)).await;
+    ok(client.pull()).await;
+    let row = ok(client.get(table.into(), pk.into())).await;
+    client.close();
+    row
+}
