@@ -1,0 +1,104 @@
+-- Kizuna SQL pack, file 2 of 7: small helpers shared by push and pull.
+--
+-- Everything that touches a user table here runs as the caller (SECURITY INVOKER), so the table's
+-- own Row Level Security decides. Table and column names only ever come from the catalog and are
+-- quoted with format('%I'); nothing a client sends is spliced into SQL.
+
+-- Raises a whole-request error with one of the pack's SQLSTATEs (KZP01..KZP04).
+create or replace function kizuna.fail(code text, message text, detail text default null, hint text default null)
+returns void language plpgsql as $$
+begin
+  raise exception using errcode = code, message = message,
+    detail = coalesce(detail, ''), hint = coalesce(hint, '');
+end
+$$;
+
+-- Who is calling: the JWT's sub, else the role (anon, service_role without a sub).
+create or replace function kizuna.caller() returns text language sql stable as $$
+  select coalesce(nullif(current_setting('request.jwt.claims', true), '')::jsonb ->> 'sub',
+                  'role:' || current_user)
+$$;
+
+-- Hybrid logical clocks, client format <13-digit ms>-<4-digit counter>-<node>, ordered lexically.
+create or replace function kizuna.hlc_is_valid(h text) returns boolean language sql immutable as $$
+  select h ~ '^[0-9]{13}-[0-9]{4}-[A-Za-z0-9_:.-]{1,64}$'
+$$;
+
+-- Server time as an HLC: stamps writes made without one (plain SQL, hlc omitted).
+create or replace function kizuna.hlc_now() returns text language sql volatile as $$
+  select lpad(floor(extract(epoch from clock_timestamp()) * 1000)::bigint::text, 13, '0') || '-0000-server'
+$$;
+
+-- An origin HLC never orders after server time plus the documented maximum skew.
+create or replace function kizuna.hlc_clamp(h text) returns text language sql volatile as $$
+  select case when substr(h, 1, 13)::bigint > lim then lpad(lim::text, 13, '0') || substr(h, 14) else h end
+    from (select floor(extract(epoch from clock_timestamp() + s.hlc_max_skew) * 1000)::bigint as lim
+            from kizuna.settings s) l
+$$;
+
+-- The SQL type of a table's column, from the catalog (for casts of the wire's text keys).
+create or replace function kizuna.column_type(rel regclass, col name) returns text language sql stable as $$
+  select format_type(a.atttypid, a.atttypmod)
+    from pg_attribute a where a.attrelid = rel and a.attname = col and a.attnum > 0 and not a.attisdropped
+$$;
+
+-- Writable columns of a table: name -> true. Generated and dropped columns are not writable.
+create or replace function kizuna.writable_columns(rel regclass) returns jsonb language sql stable as $$
+  select coalesce(jsonb_object_agg(a.attname, true), '{}')
+    from pg_attribute a
+   where a.attrelid = rel and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
+$$;
+
+-- The row as the caller's SELECT policy renders it, or null.
+create or replace function kizuna.render_row(rel regclass, pk_column name, pk text) returns jsonb
+language plpgsql stable as $$
+declare
+  r jsonb;
+begin
+  execute format('select to_jsonb(t) from %s t where t.%I = cast($1 as %s)',
+                 rel, pk_column, kizuna.column_type(rel, pk_column))
+    into r using pk;
+  return r;
+exception
+  when insufficient_privilege or invalid_text_representation or numeric_value_out_of_range
+       or invalid_datetime_format or datetime_field_overflow then
+    return null;
+end
+$$;
+
+-- Would the caller's SELECT policy render this row image? Used for rows that are no longer in the
+-- table (tombstones): the table's policies are evaluated over the image, as the caller, exactly
+-- as PostgreSQL combines them (permissive OR'ed, restrictive AND'ed, roles matched by membership).
+create or replace function kizuna.image_visible(rel regclass, image jsonb) returns boolean
+language plpgsql stable as $$
+declare
+  c pg_class;
+  permissive text;
+  restrictive text;
+  ok boolean;
+begin
+  if image is null or not has_table_privilege(rel, 'SELECT') then
+    return false;
+  end if;
+  select * into c from pg_class where oid = rel;
+  if not c.relrowsecurity
+     or (select rolbypassrls from pg_roles where rolname = current_user)
+     or (pg_has_role(current_user, c.relowner, 'usage') and not c.relforcerowsecurity) then
+    return true;
+  end if;
+  select string_agg('(' || pg_get_expr(p.polqual, p.polrelid) || ')', ' or ') filter (where p.polpermissive),
+         string_agg('(' || pg_get_expr(p.polqual, p.polrelid) || ')', ' and ') filter (where not p.polpermissive)
+    into permissive, restrictive
+    from pg_policy p
+   where p.polrelid = rel and p.polcmd in ('r', '*') and p.polqual is not null
+     and (0 = any (p.polroles) or exists (select 1 from unnest(p.polroles) r(oid)
+                                           where pg_has_role(current_user, r.oid, 'member')));
+  if permissive is null then
+    return false;
+  end if;
+  execute format('select exists (select 1 from jsonb_populate_record(null::%s, $1) as %I where (%s) and (%s))',
+                 rel, c.relname, permissive, coalesce(restrictive, 'true'))
+    into ok using image;
+  return coalesce(ok, false);
+end
+$$;

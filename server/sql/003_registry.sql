@@ -1,0 +1,197 @@
+-- Kizuna SQL pack, file 3 of 7: the registry of synced tables.
+--
+-- kizuna.register_table(...) records a table and compiles two functions for it:
+--   kizuna."bucket_<oid>"(row)  the admin's bucket expression over the row's columns, and
+--   kizuna."capture_<oid>"()    the AFTER ROW trigger that queues each change for the commit fence.
+-- Compiling (rather than evaluating the expression dynamically per row) keeps the trigger cheap.
+-- Admin only: EXECUTE is revoked from the API roles (see 007_admin.sql).
+
+-- Bump when the capture template changes: installs recompile every registered table once.
+create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 3';
+
+create or replace function kizuna.compile_table(table_name text) returns void
+language plpgsql security definer set search_path = pg_catalog, public as $$
+declare
+  t kizuna.synced_tables;
+  oid_ text;
+  versioned boolean;
+  cols_expr text;
+begin
+  select * into strict t from kizuna.synced_tables where name = table_name;
+  oid_ := t.rel::oid::text;
+  versioned := t.conflict_mode = 'hlc' or t.journal;
+
+  -- The bucket of a row: the admin's expression with the row's columns in scope; null = no bucket.
+  execute format($f$
+    create or replace function kizuna.%I(kz_row %s) returns text
+    language sql stable set search_path = pg_catalog, public as
+    'select (%s)::text from (select (kz_row).*) as kz_cols'
+  $f$, 'bucket_' || oid_, t.rel, replace(t.bucket_expr, '''', ''''''));
+
+  -- Which columns a write assigned (versioned tables keep per-column versions): what a push
+  -- names (kizuna.insert_cols / kizuna.update_cols, set by push); for plain SQL, the non-null
+  -- columns of an INSERT and the changed columns of an UPDATE.
+  cols_expr := case when not versioned then 'null'
+    else $c$case tg_op
+      when 'INSERT' then coalesce(
+        (select array(select jsonb_array_elements_text(nullif(current_setting('kizuna.insert_cols', true), '')::jsonb))),
+        array(select n.key from jsonb_each(to_jsonb(new)) n where n.value <> 'null'))
+      when 'UPDATE' then coalesce(
+        (select array(select jsonb_array_elements_text(nullif(current_setting('kizuna.update_cols', true), '')::jsonb))),
+        array(select n.key from jsonb_each(to_jsonb(new)) n join jsonb_each(to_jsonb(old)) o using (key)
+               where n.value is distinct from o.value))
+    end$c$ end;
+
+  execute format($f$
+    create or replace function kizuna.%1$I() returns trigger
+    language plpgsql security definer set search_path = pg_catalog, public as $cap$
+    declare
+      x xid8 := pg_current_xact_id();
+      ob text; nb text; opk text; npk text; cols text[];
+      who text := coalesce(nullif(current_setting('request.jwt.claims', true), '')::jsonb ->> 'sub',
+                           'sql:' || session_user);
+      h text := nullif(current_setting('kizuna.hlc', true), '');
+    begin
+      if tg_op <> 'INSERT' then ob := kizuna.%2$I(old); opk := old.%3$I::text; end if;
+      if tg_op <> 'DELETE' then nb := kizuna.%2$I(new); npk := new.%3$I::text; end if;
+      if ob is null and nb is null then
+        return null;  -- in no bucket before or after: nothing to sync
+      end if;
+      cols := %5$s;
+      if tg_op = 'UPDATE' and opk is distinct from npk then
+        -- A key change is a delete of the old key and an insert of the new one.
+        insert into kizuna.pending (xid, tbl, pk, old_bucket, new_bucket, image, changed_cols, hlc, writer)
+        values (x, %4$L, opk, ob, null, case when ob is not null then to_jsonb(old) end, null, h, who),
+               (x, %4$L, npk, null, nb, null, cols, h, who);
+      else
+        insert into kizuna.pending (xid, tbl, pk, old_bucket, new_bucket, image, changed_cols, hlc, writer)
+        values (x, %4$L, coalesce(npk, opk), ob, nb,
+                case when ob is distinct from nb then to_jsonb(old) end, cols, h, who);
+      end if;
+      insert into kizuna.tx_marker (xid) values (x) on conflict do nothing;
+      return null;
+    end
+    $cap$
+  $f$, 'capture_' || oid_, 'bucket_' || oid_, t.pk_column, t.name, cols_expr);
+
+  execute format('create or replace trigger kizuna_capture after insert or update or delete on %s
+                  for each row execute function kizuna.%I()', t.rel, 'capture_' || oid_);
+  -- TRUNCATE fires no row triggers, so it would silently bypass sync: refuse it.
+  execute format('create or replace trigger kizuna_no_truncate before truncate on %s
+                  for each statement execute function kizuna.refuse_truncate()', t.rel);
+  update kizuna.synced_tables set compiled_version = kizuna.compile_version() where name = t.name;
+end
+$$;
+
+create or replace function kizuna.refuse_truncate() returns trigger language plpgsql as $$
+begin
+  raise exception 'kizuna: % is a synced table; TRUNCATE would bypass sync (use DELETE, or kizuna.unregister_table first)',
+    tg_table_name using errcode = 'KZP05';
+end
+$$;
+
+-- Registers (or re-registers) a synced table.
+--   tbl            the table
+--   bucket         SQL expression over the row's columns giving its bucket (text), e.g. $$'user:' || owner$$;
+--                  null means the row is in no bucket and is not synced
+--   conflict_mode  'arrival' (default: the later accepted arrival holds a contested column) or 'hlc'
+--   max_batch_size more mutations than this in one push request answer KZP02
+--   journal        keep the losing value of contested columns (kizuna.conflicts)
+--   gate           validation gate fn(op text, row jsonb) returns boolean; false or SQLSTATE KZV01
+--                  answers VALIDATION_FAILED
+--   pk_column      defaults to the table's single-column primary key
+--   name           the table's name on the wire; defaults to the table's own name
+-- Existing rows are entered into the change log at one new sequence number.
+create or replace function kizuna.register_table(
+  tbl regclass,
+  bucket text,
+  conflict_mode text default 'arrival',
+  max_batch_size integer default 500,
+  journal boolean default false,
+  gate regprocedure default null,
+  pk_column name default null,
+  name text default null
+) returns void
+language plpgsql security definer set search_path = pg_catalog, public as $$
+declare
+  wire_name text := coalesce(name, (select relname from pg_class where oid = tbl));
+  key_col name := pk_column;
+  s bigint;
+  entry kizuna.synced_tables;
+begin
+  if key_col is null then
+    select a.attname into key_col
+      from pg_index i join pg_attribute a on a.attrelid = i.indrelid and a.attnum = i.indkey[0]
+     where i.indrelid = tbl and i.indisprimary and i.indnatts = 1;
+    if key_col is null then
+      raise exception 'kizuna.register_table: % has no single-column primary key; pass pk_column', tbl;
+    end if;
+  elsif kizuna.column_type(tbl, key_col) is null then
+    raise exception 'kizuna.register_table: % has no column %', tbl, key_col;
+  end if;
+  if exists (select 1 from kizuna.synced_tables t where t.name = wire_name and t.rel <> tbl) then
+    raise exception 'kizuna.register_table: the name % is taken by another table', wire_name;
+  end if;
+  if conflict_mode not in ('arrival', 'hlc') then
+    raise exception 'kizuna.register_table: conflict_mode must be arrival or hlc, not %', conflict_mode;
+  end if;
+
+  delete from kizuna.synced_tables t where t.rel = tbl and t.name <> wire_name;
+  insert into kizuna.synced_tables as t (name, rel, pk_column, bucket_expr, conflict_mode, max_batch_size, journal, gate)
+  values (wire_name, tbl, key_col, bucket, conflict_mode, max_batch_size, journal, gate)
+  on conflict on constraint synced_tables_pkey do update
+    set pk_column = excluded.pk_column, bucket_expr = excluded.bucket_expr,
+        conflict_mode = excluded.conflict_mode, max_batch_size = excluded.max_batch_size,
+        journal = excluded.journal, gate = excluded.gate;
+  perform kizuna.compile_table(wire_name);
+  select * into entry from kizuna.synced_tables t where t.name = wire_name;
+
+  -- Backfill at one sequence number: every current row gets its live entry; entries whose row is
+  -- gone or whose bucket changed (a new bucket expression) become tombstones.
+  s := kizuna.fence_now();
+  execute format($q$
+    insert into kizuna.changes as c (tbl, pk, bucket, seq, deleted, entered_seq)
+    select $1, r.%1$I::text, b.b, $2, false, $2
+      from %2$s r cross join lateral (select kizuna.%3$I(r) as b) b
+     where b.b is not null
+    on conflict (tbl, pk, bucket) do update
+      set seq = excluded.seq, deleted = false, image = null, entered_seq = excluded.seq, changed_at = now()
+      where c.deleted
+  $q$, key_col, tbl, 'bucket_' || tbl::oid::text) using wire_name, s;
+  execute format($q$
+    update kizuna.changes c
+       set deleted = true, seq = $2, changed_at = now(),
+           image = (select to_jsonb(r) from %2$s r where r.%1$I = cast(c.pk as %4$s))
+     where c.tbl = $1 and not c.deleted
+       and (select kizuna.%3$I(r) from %2$s r where r.%1$I = cast(c.pk as %4$s)) is distinct from c.bucket
+  $q$, key_col, tbl, 'bucket_' || tbl::oid::text, kizuna.column_type(tbl, key_col)) using wire_name, s;
+end
+$$;
+
+-- Stops syncing a table: drops its triggers and compiled functions and forgets its log.
+-- Clients keep the rows they have; re-registering enters the current rows again.
+create or replace function kizuna.unregister_table(tbl regclass) returns void
+language plpgsql security definer set search_path = pg_catalog, public as $$
+declare
+  wire_name text := (select name from kizuna.synced_tables where rel = tbl);
+begin
+  execute format('drop trigger if exists kizuna_capture on %s', tbl);
+  execute format('drop trigger if exists kizuna_no_truncate on %s', tbl);
+  execute format('drop function if exists kizuna.%I()', 'capture_' || tbl::oid::text);
+  execute format('drop function if exists kizuna.%I(%s)', 'bucket_' || tbl::oid::text, tbl);
+  delete from kizuna.changes where kizuna.changes.tbl = wire_name;
+  delete from kizuna.column_versions where kizuna.column_versions.tbl = wire_name;
+  delete from kizuna.synced_tables where rel = tbl;
+end
+$$;
+
+-- A new pack version may change the capture template: recompile what was compiled by an older one.
+do $$
+declare
+  n text;
+begin
+  for n in select name from kizuna.synced_tables where compiled_version < kizuna.compile_version() loop
+    perform kizuna.compile_table(n);
+  end loop;
+end
+$$;

@@ -1,0 +1,104 @@
+-- Kizuna SQL pack, file 4 of 7: the commit fence.
+--
+-- Every transaction that changes a synced table is numbered when it commits, and such
+-- transactions commit one at a time:
+--   1. the capture trigger (003) queues each row change in kizuna.pending and inserts the
+--      transaction's row in kizuna.tx_marker;
+--   2. that insert queues kizuna.fence(), a DEFERRABLE INITIALLY DEFERRED constraint trigger, so
+--      it runs at COMMIT, after the transaction's own statements;
+--   3. the fence takes one exclusive transaction-level advisory lock, draws the transaction's
+--      number from kizuna.commit_seq and writes the change log. The lock is released only after the
+--      commit is visible, so the next numbered transaction becomes visible after this one:
+--      numbering order is visibility order, and the largest number a snapshot can see (the
+--      horizon) is never undercut by a later commit.
+-- A push draws its number early with kizuna.fence_now() so that its verdicts can carry it; that
+-- only starts holding the lock a little before commit. Plain SQL writes go through the same
+-- triggers and are numbered the same way. NOTIFY kizuna_wake is delivered at commit, if any.
+
+create or replace function kizuna.fence_lock_key() returns bigint language sql immutable as
+  'select 7583421590113001';
+
+-- Takes the fence lock and returns this transaction's commit number, drawing it on first use.
+create or replace function kizuna.fence_now() returns bigint
+language plpgsql security definer set search_path = pg_catalog as $$
+declare
+  mine text := current_setting('kizuna.tx_seq', true);
+  s bigint;
+begin
+  if mine like pg_current_xact_id()::text || ':%' then
+    return split_part(mine, ':', 2)::bigint;
+  end if;
+  perform pg_advisory_xact_lock(kizuna.fence_lock_key());
+  s := nextval('kizuna.commit_seq');
+  perform set_config('kizuna.tx_seq', pg_current_xact_id()::text || ':' || s, true);
+  update kizuna.state set horizon = s;
+  perform pg_notify('kizuna_wake', json_build_object('horizon', s)::text);
+  return s;
+end
+$$;
+
+-- The commit-time trigger: numbers the transaction and folds its pending changes into the log.
+create or replace function kizuna.fence() returns trigger
+language plpgsql security definer set search_path = pg_catalog as $$
+declare
+  x xid8 := pg_current_xact_id();
+  s bigint;
+begin
+  if not exists (select 1 from kizuna.tx_marker where xid = x) then
+    return null;  -- already folded by an earlier firing in this transaction
+  end if;
+  s := kizuna.fence_now();
+
+  -- Per key: the bucket it was in before the transaction (first event) and after it (last event).
+  -- Live entry in the final bucket; tombstone, with the row image it left with, in the first one.
+  with p as (
+    select * from kizuna.pending where xid = x
+  ), first_ev as (
+    select distinct on (tbl, pk) tbl, pk, old_bucket from p order by tbl, pk, id
+  ), last_ev as (
+    select distinct on (tbl, pk) tbl, pk, new_bucket from p order by tbl, pk, id desc
+  ), left_image as (
+    select distinct on (p.tbl, p.pk) p.tbl, p.pk, p.image
+      from p join first_ev f using (tbl, pk)
+     where p.image is not null and p.old_bucket = f.old_bucket
+     order by p.tbl, p.pk, p.id
+  ), entries as (
+    select l.tbl, l.pk, l.new_bucket as bucket, false as deleted, null::jsonb as image
+      from last_ev l where l.new_bucket is not null
+    union all
+    select f.tbl, f.pk, f.old_bucket, true, i.image
+      from first_ev f join last_ev l using (tbl, pk) left join left_image i using (tbl, pk)
+     where f.old_bucket is not null and f.old_bucket is distinct from l.new_bucket
+  )
+  insert into kizuna.changes as c (tbl, pk, bucket, seq, deleted, entered_seq, image, changed_at)
+  select tbl, pk, bucket, s, deleted, case when deleted then null else s end, image, now() from entries
+  on conflict (tbl, pk, bucket) do update
+    set seq = excluded.seq, deleted = excluded.deleted, image = excluded.image, changed_at = excluded.changed_at,
+        entered_seq = case when c.deleted and not excluded.deleted then excluded.seq else c.entered_seq end;
+
+  -- Per-column versions (versioned tables): the last write of each column in this transaction.
+  insert into kizuna.column_versions as v (tbl, pk, col, seq, hlc, writer)
+  select distinct on (p.tbl, p.pk, c.col) p.tbl, p.pk, c.col, s, coalesce(p.hlc, kizuna.hlc_now()), p.writer
+    from kizuna.pending p cross join lateral unnest(p.changed_cols) as c(col)
+   where p.xid = x and p.changed_cols is not null
+   order by p.tbl, p.pk, c.col, p.id desc
+  on conflict (tbl, pk, col) do update set seq = excluded.seq, hlc = excluded.hlc, writer = excluded.writer;
+
+  -- Conflict-journal entries recorded by this transaction learn its number.
+  update kizuna.conflicts set recorded_seq = s, winner_seq = coalesce(winner_seq, s)
+   where xid = x and recorded_seq is null;
+
+  delete from kizuna.pending where xid = x;
+  delete from kizuna.tx_marker where xid = x;
+  return null;
+end
+$$;
+
+do $$
+begin
+  if not exists (select 1 from pg_trigger where tgname = 'kizuna_fence' and tgrelid = 'kizuna.tx_marker'::regclass) then
+    create constraint trigger kizuna_fence after insert on kizuna.tx_marker
+      deferrable initially deferred for each row execute function kizuna.fence();
+  end if;
+end
+$$;

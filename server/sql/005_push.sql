@@ -1,0 +1,556 @@
+-- Kizuna SQL pack, file 5 of 7: push.
+--
+-- public.kizuna_push(request jsonb) runs as the caller (SECURITY INVOKER): every read and write of a
+-- user table goes through the caller's privileges and Row Level Security. The pack's own tables
+-- are reached only through the small SECURITY DEFINER helpers below.
+--
+-- Per mutation, in the order sent:
+--   recorded verdict for its id          -> that verdict, replayed: true, no effect
+--   unknown id, client_seq <= pruned_seq  -> SKIPPED (its verdict was pruned: it had its effect)
+--   apply_after in the future            -> DELAYED, nothing stored
+--   otherwise the id is claimed in the ledger (INSERT .. ON CONFLICT: a duplicate arriving on
+--   another connection waits for this one and then replays) and the mutation runs in its own
+--   savepoint, so one refusal does not undo the others. Members of an atomic batch share one
+--   savepoint: the first refusal undoes them all and the others answer BATCH_ABORTED.
+--
+-- Rejections: SCHEMA_MISMATCH (unknown table/column, wrong type), DELETE_WINS / RLS_DENIED (see
+-- kizuna.key_state), VALIDATION_FAILED (the table's gate), CONSTRAINT_VIOLATION (SQLSTATE class 23),
+-- RLS_DENIED (SQLSTATE 42501, or no row affected). server_row is always the row as the caller's
+-- SELECT renders it after the refusal, or null.
+--
+-- Ops: upsert inserts the row (unnamed columns take their defaults) or, when the key exists,
+-- assigns the named columns; patch assigns the named columns of an existing row and never creates
+-- one; delete removes the row, leaving a tombstone. A key that has a tombstone and no live entry is
+-- deleted for push: writes to it are refused, never resurrected.
+
+-- ---------------------------------------------------------------------------------------------
+-- Request shape: whole-request errors KZP01 (malformed), KZP03 (protocol), KZP02, KZP04.
+
+create or replace function kizuna.is_uuid(v jsonb) returns boolean language sql immutable as $$
+  select jsonb_typeof(v) = 'string'
+     and (v #>> '{}') ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'
+$$;
+
+create or replace function kizuna.is_int(v jsonb) returns boolean language sql immutable as $$
+  select jsonb_typeof(v) = 'number' and (v #>> '{}') ~ '^-?[0-9]{1,18}$'
+$$;
+
+-- Protocol version and client id, common to push and pull.
+create or replace function kizuna.check_envelope(request jsonb) returns void language plpgsql as $$
+begin
+  if jsonb_typeof(request) is distinct from 'object' then
+    perform kizuna.fail('KZP01', 'the request must be a JSON object');
+  end if;
+  if jsonb_typeof(request -> 'protocol') is distinct from 'number' then
+    perform kizuna.fail('KZP01', 'protocol must be a number', null, 'send "protocol": 1');
+  end if;
+  if (request -> 'protocol')::numeric <> 1 then
+    perform kizuna.fail('KZP03', format('unsupported protocol version %s', request -> 'protocol'),
+                        null, 'this server speaks protocol 1');
+  end if;
+  if not kizuna.is_uuid(request -> 'client_id') then
+    perform kizuna.fail('KZP01', 'client_id must be a UUID string');
+  end if;
+end
+$$;
+
+create or replace function kizuna.check_push_request(request jsonb) returns void language plpgsql as $$
+declare
+  m jsonb;
+  i bigint;
+  what text;
+  n integer;
+  cap integer;
+  max_bytes integer := (select max_row_bytes from kizuna.settings);
+begin
+  perform kizuna.check_envelope(request);
+  if jsonb_typeof(request -> 'mutations') is distinct from 'array' then
+    perform kizuna.fail('KZP01', 'mutations must be an array');
+  end if;
+  for m, i in select e, o - 1 from jsonb_array_elements(request -> 'mutations') with ordinality as a(e, o) loop
+    what := case
+      when jsonb_typeof(m) <> 'object' then 'must be an object'
+      when not kizuna.is_uuid(m -> 'id') then 'id must be a UUID string'
+      when not kizuna.is_int(m -> 'client_seq') then 'client_seq must be an integer'
+      when jsonb_typeof(m -> 'table') is distinct from 'string' then 'table must be a string'
+      when jsonb_typeof(m -> 'pk') is distinct from 'string' then 'pk must be a string'
+      when (m ->> 'op') is null or (m ->> 'op') not in ('upsert', 'patch', 'delete')
+        or jsonb_typeof(m -> 'op') <> 'string' then 'op must be "upsert", "patch" or "delete"'
+      when coalesce(jsonb_typeof(m -> 'columns'), 'null') not in ('null', 'object') then 'columns must be an object'
+      when coalesce(jsonb_typeof(m -> 'hlc'), 'null') not in ('null', 'string')
+        or (jsonb_typeof(m -> 'hlc') = 'string' and not kizuna.hlc_is_valid(m ->> 'hlc'))
+        then 'hlc must look like <13-digit ms>-<4-digit counter>-<node>'
+      when not kizuna.is_int(m -> 'read_seq') then 'read_seq must be an integer'
+      when coalesce(jsonb_typeof(m -> 'batch'), 'null') <> 'null' and not kizuna.is_uuid(m -> 'batch')
+        then 'batch must be a UUID string'
+      when coalesce(jsonb_typeof(m -> 'apply_after'), 'null') not in ('null', 'string')
+        then 'apply_after must be an RFC 3339 timestamp string'
+    end;
+    if what is null and jsonb_typeof(m -> 'apply_after') = 'string' then
+      begin
+        if (m ->> 'apply_after') !~ '^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:?\d{2})$' then
+          raise exception 'not RFC 3339';
+        end if;
+        perform (m ->> 'apply_after')::timestamptz;
+      exception when others then
+        what := 'apply_after must be an RFC 3339 timestamp string';
+      end;
+    end if;
+    if what is not null then
+      perform kizuna.fail('KZP01', format('mutations[%s]: %s', i, what));
+    end if;
+  end loop;
+
+  n := jsonb_array_length(request -> 'mutations');
+  select coalesce(min(t.max_batch_size), (select default_max_batch_size from kizuna.settings)) into cap
+    from kizuna.synced_tables t
+   where t.name in (select e ->> 'table' from jsonb_array_elements(request -> 'mutations') e);
+  if n > cap then
+    perform kizuna.fail('KZP02', format('%s mutations exceed max_batch_size %s', n, cap),
+                        null, 'send at most ' || cap || ' mutations per request');
+  end if;
+  for m, i in select e, o - 1 from jsonb_array_elements(request -> 'mutations') with ordinality as a(e, o) loop
+    if octet_length(coalesce(m -> 'columns', 'null')::text) > max_bytes then
+      perform kizuna.fail('KZP04', format('mutations[%s]: row of %s bytes exceeds max_row_bytes %s', i,
+                                          octet_length((m -> 'columns')::text), max_bytes));
+    end if;
+  end loop;
+end
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Bookkeeping helpers (SECURITY DEFINER: callers have no rights on kizuna's tables).
+
+-- Binds a client id to its caller and locks the client's row for this push: pushes of one client
+-- run one after another. A client id owned by another caller is KZP01.
+create or replace function kizuna.touch_client(client uuid, who text, for_push boolean) returns kizuna.clients
+language plpgsql security definer set search_path = pg_catalog as $$
+declare
+  c kizuna.clients;
+begin
+  if for_push then
+    insert into kizuna.clients as k (client_id, owner) values (client, who)
+    on conflict (client_id) do update set last_seen = now() where k.owner = excluded.owner
+    returning * into c;
+  else
+    insert into kizuna.clients (client_id, owner) values (client, who) on conflict do nothing;
+    select * into c from kizuna.clients k where k.client_id = client and k.owner = who;
+  end if;
+  if c.client_id is null then
+    perform kizuna.fail('KZP01', 'client_id belongs to another user', null, 'generate a client id per user and device');
+  end if;
+  return c;
+end
+$$;
+
+create or replace function kizuna.ledger_lookup(mutation uuid, client uuid) returns jsonb
+language plpgsql security definer set search_path = pg_catalog as $$
+declare
+  l kizuna.ledger;
+begin
+  select * into l from kizuna.ledger where id = mutation;
+  if l.id is null then
+    return null;
+  end if;
+  if l.client_id <> client then
+    perform kizuna.fail('KZP01', format('mutation id %s belongs to another client', mutation));
+  end if;
+  return l.verdict;
+end
+$$;
+
+-- Claims a mutation id; false when another transaction recorded it first (it waits for that one).
+create or replace function kizuna.ledger_claim(mutation uuid, client uuid, cseq bigint) returns boolean
+language plpgsql security definer set search_path = pg_catalog as $$
+declare
+  claimed uuid;
+begin
+  insert into kizuna.ledger (id, client_id, client_seq) values (mutation, client, cseq)
+  on conflict (id) do nothing returning id into claimed;
+  return claimed is not null;
+end
+$$;
+
+-- The state of a key for push, without revealing anything: 'live' (it has a live entry), 'deleted'
+-- (tombstones only) or 'unknown'; and, for 'deleted', the row images of the tombstones this client
+-- was served a live copy of: the DELETE_WINS rule is that the client was served bucket B to a
+-- horizon at which the row was live in B (entered_seq <= served_to < tombstone seq) with a
+-- complete view of B (joined < entered_seq). The caller's SELECT policy must then render the image.
+create or replace function kizuna.key_state(table_name text, key text, client uuid,
+                                            out state text, out seen_images jsonb)
+language plpgsql security definer set search_path = pg_catalog as $$
+begin
+  if exists (select 1 from kizuna.changes c where c.tbl = table_name and c.pk = key and not c.deleted) then
+    state := 'live';
+  elsif exists (select 1 from kizuna.changes c where c.tbl = table_name and c.pk = key) then
+    state := 'deleted';
+    select jsonb_agg(c.image) into seen_images
+      from kizuna.changes c join kizuna.client_buckets b on b.client_id = client and b.bucket = c.bucket
+     where c.tbl = table_name and c.pk = key and c.deleted and c.image is not null
+       and b.joined < c.entered_seq and c.entered_seq <= b.served_to and b.served_to < c.seq;
+  else
+    state := 'unknown';
+  end if;
+end
+$$;
+
+-- Column versions of a key: {"col": {"seq": n, "hlc": "...", "writer": "..."}}.
+create or replace function kizuna.versions_of(table_name text, key text) returns jsonb
+language sql stable security definer set search_path = pg_catalog as $$
+  select coalesce(jsonb_object_agg(v.col, jsonb_build_object('seq', v.seq, 'hlc', v.hlc, 'writer', v.writer)), '{}')
+    from kizuna.column_versions v where v.tbl = table_name and v.pk = key
+$$;
+
+-- Records a conflict; numbered by the fence at commit (winner_seq null: this transaction's number).
+create or replace function kizuna.journal_add(table_name text, key text, col text, loser jsonb, winner jsonb,
+                                              loser_seq bigint, winner_seq bigint, loser_by text, winner_by text)
+returns void language sql security definer set search_path = pg_catalog as $$
+  insert into kizuna.conflicts (tbl, pk, col, loser, winner, loser_seq, winner_seq, loser_by, winner_by, xid)
+  values (table_name, key, col, loser, winner, loser_seq, winner_seq, loser_by, winner_by, pg_current_xact_id())
+$$;
+
+-- Numbers the push (when it applied anything), records its verdicts, advances the client's
+-- last_mutation_id and the durable totals. Returns the PushResponse.
+create or replace function kizuna.finish_push(client uuid, verdicts jsonb) returns jsonb
+language plpgsql security definer set search_path = pg_catalog as $$
+declare
+  s bigint;
+  out_verdicts jsonb;
+  lmid bigint;
+begin
+  if exists (select 1 from jsonb_array_elements(verdicts) v
+              where v ->> 'status' = 'APPLIED' and (v ->> '_fresh')::boolean) then
+    s := kizuna.fence_now();
+  else
+    perform pg_advisory_xact_lock(kizuna.fence_lock_key());  -- the totals row is written under it
+  end if;
+
+  select jsonb_agg(case when v ->> 'status' = 'APPLIED' and (v ->> '_fresh')::boolean
+                        then v || jsonb_build_object('seq', s) else v end order by o)
+    into out_verdicts
+    from jsonb_array_elements(verdicts) with ordinality as a(v, o);
+
+  update kizuna.ledger l set verdict = v - '_fresh' - '_seq' - 'replayed'
+    from jsonb_array_elements(out_verdicts) v
+   where l.id = (v ->> 'id')::uuid and (v ->> '_fresh')::boolean and l.verdict is null;
+
+  update kizuna.clients c
+     set last_mutation_id = greatest(c.last_mutation_id,
+           coalesce((select max((v ->> '_seq')::bigint) from jsonb_array_elements(out_verdicts) v
+                      where (v ->> '_fresh')::boolean), 0))
+   where c.client_id = client
+  returning c.last_mutation_id into lmid;
+
+  update kizuna.state st set
+    applied_total = applied_total + (select count(*) from jsonb_array_elements(out_verdicts) v
+                                      where v ->> 'status' = 'APPLIED' and (v ->> '_fresh')::boolean),
+    replayed_total = replayed_total + (select count(*) from jsonb_array_elements(out_verdicts) v
+                                        where (v ->> 'replayed')::boolean),
+    skipped_total = skipped_total + (select count(*) from jsonb_array_elements(out_verdicts) v
+                                      where v ->> 'status' = 'SKIPPED'),
+    delayed_total = delayed_total + (select count(*) from jsonb_array_elements(out_verdicts) v
+                                      where v ->> 'status' = 'DELAYED'),
+    rejected_total = (select coalesce(jsonb_object_agg(r, n), '{}') from (
+        select r, sum(n)::bigint as n from (
+          select key as r, value::bigint as n from jsonb_each_text(st.rejected_total)
+          union all
+          select v ->> 'reason', 1 from jsonb_array_elements(out_verdicts) v
+           where v ->> 'status' = 'REJECTED' and (v ->> '_fresh')::boolean) u group by r) g);
+
+  return jsonb_build_object(
+    'verdicts', (select coalesce(jsonb_agg(v - '_fresh' - '_seq' order by o), '[]')
+                   from jsonb_array_elements(out_verdicts) with ordinality as a(v, o)),
+    'last_mutation_id', coalesce(lmid, 0));
+end
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- Applying one mutation (as the caller).
+
+create or replace function kizuna.rejected(m jsonb, reason text) returns jsonb language sql immutable as $$
+  select jsonb_build_object('id', m -> 'id', 'status', 'REJECTED', 'reason', reason, 'server_row', null,
+                            'replayed', false, '_fresh', true, '_seq', m -> 'client_seq')
+$$;
+
+-- Applies one mutation inside its own savepoint and returns its verdict (server_row still unset).
+create or replace function kizuna.apply_mutation(m jsonb, client uuid, who text) returns jsonb
+language plpgsql as $$
+declare
+  t kizuna.synced_tables;
+  op text := m ->> 'op';
+  key text := m ->> 'pk';
+  cols jsonb := coalesce(m -> 'columns', '{}');
+  writable jsonb;
+  key_type text;
+  ks record;
+  versions jsonb := '{}';
+  current_row jsonb;
+  h text;
+  col text;
+  ver jsonb;
+  assign text[] := '{}';
+  pending_journal jsonb := '[]';
+  j jsonb;
+  result jsonb;
+  ok boolean;
+begin
+  select * into t from kizuna.synced_tables where name = m ->> 'table';
+  if t.name is null then
+    return kizuna.rejected(m, 'SCHEMA_MISMATCH');
+  end if;
+  writable := kizuna.writable_columns(t.rel);
+  if op <> 'delete' then
+    if exists (select 1 from jsonb_object_keys(cols) k where not writable ? k)
+       or (cols ? t.pk_column and cols ->> t.pk_column is distinct from key) then
+      return kizuna.rejected(m, 'SCHEMA_MISMATCH');
+    end if;
+    cols := cols || jsonb_build_object(t.pk_column, key);
+  end if;
+  key_type := kizuna.column_type(t.rel, t.pk_column);
+
+  begin
+    if t.conflict_mode = 'hlc' or t.journal then
+      -- Concurrent pushes to one key decide per-column order one after another.
+      perform pg_advisory_xact_lock(hashtext('kizuna.key'), hashtext(t.name || ':' || key));
+      versions := kizuna.versions_of(t.name, key);
+      current_row := kizuna.render_row(t.rel, t.pk_column, key);
+    end if;
+    ks := kizuna.key_state(t.name, key, client);
+    if ks.state = 'deleted' and op = 'upsert' then
+      return kizuna.tombstone_verdict(m, t, ks.seen_images);
+    end if;
+
+    -- Column order: which named columns this write assigns (all, except hlc losers).
+    h := case when t.conflict_mode = 'hlc' then kizuna.hlc_clamp(coalesce(m ->> 'hlc', kizuna.hlc_now())) end;
+    for col in select k from jsonb_object_keys(cols) k where k <> t.pk_column order by k loop
+      ver := versions -> col;
+      if current_row is not null and ver is not null and h is not null
+         and h collate "C" <= (ver ->> 'hlc') collate "C" then
+        -- hlc mode: an older origin clock loses this column.
+        if t.journal and (current_row -> col) is distinct from (cols -> col) then
+          pending_journal := pending_journal || jsonb_build_object('col', col, 'loser', cols -> col,
+            'winner', current_row -> col, 'loser_seq', null, 'winner_seq', ver -> 'seq',
+            'loser_by', who, 'winner_by', ver ->> 'writer');
+        end if;
+      else
+        assign := assign || col;
+        if t.journal and current_row is not null and ver is not null
+           and (m ->> 'read_seq')::bigint < (ver ->> 'seq')::bigint
+           and (current_row -> col) is distinct from (cols -> col) then
+          -- A value the writer had not seen is overwritten: it loses.
+          pending_journal := pending_journal || jsonb_build_object('col', col, 'loser', current_row -> col,
+            'winner', cols -> col, 'loser_seq', ver -> 'seq', 'winner_seq', null,
+            'loser_by', ver ->> 'writer', 'winner_by', who);
+        end if;
+      end if;
+    end loop;
+
+    -- What the capture trigger stamps on this write's column versions.
+    perform set_config('kizuna.hlc', coalesce(h, ''), true);
+    perform set_config('kizuna.insert_cols', (select jsonb_agg(k) from jsonb_object_keys(cols) k)::text, true);
+    perform set_config('kizuna.update_cols', to_jsonb(assign)::text, true);
+    if op = 'upsert' then
+      execute format('insert into %1$s as t (%2$s) select %2$s from jsonb_populate_record(null::%1$s, $1)
+                      on conflict (%3$I) do update set %4$s returning to_jsonb(t)',
+                     t.rel,
+                     (select string_agg(format('%I', k), ', ') from jsonb_object_keys(cols) k),
+                     t.pk_column,
+                     coalesce((select string_agg(format('%1$I = excluded.%1$I', c), ', ') from unnest(assign) c),
+                              format('%1$I = excluded.%1$I', t.pk_column)))
+        into result using cols;
+    elsif op = 'patch' then
+      execute format('update %1$s as t set %2$s from jsonb_populate_record(null::%1$s, $1) as r
+                      where t.%3$I = cast($2 as %4$s) returning to_jsonb(t)',
+                     t.rel,
+                     coalesce((select string_agg(format('%1$I = r.%1$I', c), ', ') from unnest(assign) c),
+                              format('%1$I = t.%1$I', t.pk_column)),
+                     t.pk_column, key_type)
+        into result using cols, key;
+    else
+      execute format('delete from %1$s as t where t.%2$I = cast($1 as %3$s) returning to_jsonb(t)',
+                     t.rel, t.pk_column, key_type)
+        into result using key;
+    end if;
+    perform set_config('kizuna.hlc', '', true);
+    perform set_config('kizuna.insert_cols', '', true);
+    perform set_config('kizuna.update_cols', '', true);
+
+    if result is null then
+      -- No row affected: the key is absent, deleted, or the caller's policy hides or protects it.
+      if ks.state = 'deleted' then
+        return kizuna.tombstone_verdict(m, t, ks.seen_images);
+      end if;
+      return kizuna.rejected(m, 'RLS_DENIED');
+    end if;
+
+    if t.gate is not null then
+      execute (select format('select %I.%I($1, $2)', n.nspname, p.proname)
+                 from pg_proc p join pg_namespace n on n.oid = p.pronamespace where p.oid = t.gate)
+        into ok using op, result;
+      if ok is not true then
+        raise exception 'validation gate refused the row' using errcode = 'KZV01';
+      end if;
+    end if;
+
+    for j in select e from jsonb_array_elements(pending_journal) e loop
+      perform kizuna.journal_add(t.name, key, j ->> 'col', j -> 'loser', j -> 'winner',
+        (j ->> 'loser_seq')::bigint, (j ->> 'winner_seq')::bigint, j ->> 'loser_by', j ->> 'winner_by');
+    end loop;
+    return jsonb_build_object('id', m -> 'id', 'status', 'APPLIED', 'replayed', false,
+                              '_fresh', true, '_seq', m -> 'client_seq');
+  exception
+    when sqlstate 'KZV01' then return kizuna.rejected(m, 'VALIDATION_FAILED');
+    when integrity_constraint_violation then return kizuna.rejected(m, 'CONSTRAINT_VIOLATION');
+    when insufficient_privilege then return kizuna.rejected(m, 'RLS_DENIED');
+    when data_exception or undefined_column or datatype_mismatch or cannot_coerce
+         or sqlstate '428C9' then return kizuna.rejected(m, 'SCHEMA_MISMATCH');
+  end;
+end
+$$;
+
+-- A write to a deleted key: DELETE_WINS when the client had a live copy the caller may see,
+-- otherwise RLS_DENIED, so that a verdict never confirms a key the caller never saw.
+create or replace function kizuna.tombstone_verdict(m jsonb, t kizuna.synced_tables, seen_images jsonb) returns jsonb
+language plpgsql as $$
+begin
+  if exists (select 1 from jsonb_array_elements(coalesce(seen_images, '[]')) i
+              where kizuna.image_visible(t.rel, i)) then
+    return kizuna.rejected(m, 'DELETE_WINS');
+  end if;
+  return kizuna.rejected(m, 'RLS_DENIED');
+end
+$$;
+
+-- The verdict of a mutation that reached the apply step, server_row rendered.
+create or replace function kizuna.with_server_row(v jsonb, m jsonb) returns jsonb language plpgsql as $$
+declare
+  t kizuna.synced_tables;
+begin
+  if v ->> 'status' <> 'REJECTED' then
+    return v;
+  end if;
+  select * into t from kizuna.synced_tables where name = m ->> 'table';
+  if t.name is null then
+    return v;
+  end if;
+  return jsonb_set(v, '{server_row}', coalesce(kizuna.render_row(t.rel, t.pk_column, m ->> 'pk'), 'null'));
+end
+$$;
+
+-- Before applying: replay, SKIPPED or DELAYED; null when the mutation must be applied.
+create or replace function kizuna.precheck(m jsonb, c kizuna.clients) returns jsonb language plpgsql as $$
+declare
+  recorded jsonb := kizuna.ledger_lookup((m ->> 'id')::uuid, c.client_id);
+begin
+  if recorded is not null then
+    return recorded || '{"replayed": true}';
+  elsif (m ->> 'client_seq')::bigint <= c.pruned_seq then
+    return jsonb_build_object('id', m -> 'id', 'status', 'SKIPPED', 'replayed', false);
+  elsif (m ->> 'apply_after')::timestamptz > now() then
+    return jsonb_build_object('id', m -> 'id', 'status', 'DELAYED', 'replayed', false);
+  end if;
+  return null;
+end
+$$;
+
+-- Claims the id; when a concurrent duplicate recorded it first, its verdict as a replay.
+create or replace function kizuna.claim(m jsonb, c kizuna.clients) returns jsonb language plpgsql as $$
+begin
+  if kizuna.ledger_claim((m ->> 'id')::uuid, c.client_id, (m ->> 'client_seq')::bigint) then
+    return null;
+  end if;
+  return coalesce(kizuna.ledger_lookup((m ->> 'id')::uuid, c.client_id),
+                  jsonb_build_object('id', m -> 'id', 'status', 'SKIPPED')) || '{"replayed": true}';
+end
+$$;
+
+-- ---------------------------------------------------------------------------------------------
+-- The entry point.
+
+create or replace function public.kizuna_push(request jsonb) returns jsonb
+language plpgsql set search_path = pg_catalog, public as $$
+declare
+  muts jsonb;
+  n integer;
+  c kizuna.clients;
+  who text;
+  verdicts jsonb[];
+  i integer;
+  k integer;
+  v jsonb;
+  m jsonb;
+  batch_id text;
+  members integer[];
+  live integer[];
+  failed integer;
+  failed_verdict jsonb;
+begin
+  perform kizuna.check_push_request(request);
+  who := kizuna.caller();
+  c := kizuna.touch_client((request ->> 'client_id')::uuid, who, true);
+  muts := request -> 'mutations';
+  n := jsonb_array_length(muts);
+  verdicts := array_fill(null::jsonb, array[greatest(n, 1)]);
+
+  for i in 1 .. n loop
+    continue when verdicts[i] is not null;
+    m := muts -> (i - 1);
+    batch_id := m ->> 'batch';
+
+    if batch_id is null then
+      v := coalesce(kizuna.precheck(m, c), kizuna.claim(m, c));
+      if v is null then
+        v := kizuna.with_server_row(kizuna.apply_mutation(m, c.client_id, who), m);
+      end if;
+      verdicts[i] := v;
+      continue;
+    end if;
+
+    -- An atomic batch: all its members (in order), at the position of the first.
+    members := array(select o::integer from jsonb_array_elements(muts) with ordinality a(e, o)
+                      where e ->> 'batch' = batch_id order by o);
+    live := '{}';
+    foreach k in array members loop
+      verdicts[k] := kizuna.precheck(muts -> (k - 1), c);
+      if verdicts[k] is null or verdicts[k] ->> 'status' = 'DELAYED' then
+        live := live || k;
+      end if;
+    end loop;
+    if exists (select 1 from unnest(live) u(x) where verdicts[u.x] is not null) then
+      -- One member may not apply yet: the batch waits as a whole, nothing stored.
+      foreach k in array live loop
+        verdicts[k] := jsonb_build_object('id', muts -> (k - 1) -> 'id', 'status', 'DELAYED', 'replayed', false);
+      end loop;
+      continue;
+    end if;
+    foreach k in array live loop
+      verdicts[k] := kizuna.claim(muts -> (k - 1), c);
+    end loop;
+    live := array(select u.x from unnest(live) u(x) where verdicts[u.x] is null);
+
+    failed := null;
+    begin
+      foreach k in array live loop
+        v := kizuna.apply_mutation(muts -> (k - 1), c.client_id, who);
+        if v ->> 'status' = 'REJECTED' then
+          failed := k;
+          failed_verdict := v;
+          raise exception 'batch member refused' using errcode = 'KZB01';
+        end if;
+        verdicts[k] := v;
+      end loop;
+    exception when sqlstate 'KZB01' then
+      foreach k in array live loop
+        verdicts[k] := case when k = failed then failed_verdict
+                            else kizuna.rejected(muts -> (k - 1), 'BATCH_ABORTED') end;
+      end loop;
+    end;
+    foreach k in array live loop
+      verdicts[k] := kizuna.with_server_row(verdicts[k], muts -> (k - 1));
+    end loop;
+  end loop;
+
+  return kizuna.finish_push(c.client_id,
+    (select coalesce(jsonb_agg(x order by o), '[]') from unnest(verdicts[1:n]) with ordinality u(x, o)));
+end
+$$;

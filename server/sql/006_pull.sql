@@ -1,0 +1,250 @@
+-- Kizuna SQL pack, file 6 of 7: pull.
+--
+-- Cursor grammar, version 1 (opaque to clients; only this file parses it):
+--
+--   cursor     = checkpoint | position
+--   checkpoint = "kz1." epoch "." from                       ; a run ended here: the next run starts after `from`
+--   position   = "kz1." epoch "." from "." horizon "." seq "." hex(table) "." hex(pk) "." hex(bucket)
+--                                                            ; inside a run: resume after this entry
+--   epoch      = 16 lowercase hex digits                      ; kizuna.state.epoch of the server that issued it
+--   from, horizon, seq = decimal digits
+--   hex(x)     = lowercase hex of x's UTF-8 bytes (possibly empty)
+--
+-- A run starts from null (from = 0) or from a checkpoint, fixes its horizon (the largest commit
+-- number committed when it starts, kizuna.state.horizon, which the fence keeps) and carries both
+-- in every position cursor, so the horizon and the starting checkpoint stay fixed for all pages.
+-- Entries `from < seq <= horizon` come in (seq, table, pk, bucket) order, bytewise. The page that
+-- reaches the end has done: true and the checkpoint cursor "kz1.<epoch>.<horizon>".
+--
+-- Lifecycle signals (answered with no entries, done: true, cursor "kz1.<epoch>.0"):
+--   CHECKPOINT_EXPIRED  from > 0 and from < kizuna.state.low_watermark (a tombstone after `from` was
+--                       pruned), judged on every page of the run; a run from null always completes.
+--   SERVER_RESET        the cursor names another epoch (the database was reset, restored or copied,
+--                       or kizuna.new_epoch() was called) or a position beyond this server's history.
+-- Either way the client discards its local snapshot and pulls again from null.
+--
+-- Rows are rendered through the caller's SELECT policy (invisible ones are skipped, the cursor still
+-- moves past them). Tombstones go only to runs from a checkpoint (a client pulling from null has
+-- nothing to delete) and only when the caller's SELECT policy renders the image the row left with.
+
+create or replace function kizuna.hex(t text) returns text language sql immutable as
+  $$ select encode(convert_to(t, 'UTF8'), 'hex') $$;
+
+create or replace function kizuna.unhex(h text) returns text language sql immutable as
+  $$ select convert_from(decode(h, 'hex'), 'UTF8') $$;
+
+create or replace function kizuna.pull_state(out epoch text, out horizon bigint, out low_watermark bigint)
+language sql stable security definer set search_path = pg_catalog as $$
+  select epoch, horizon, low_watermark from kizuna.state
+$$;
+
+-- The next candidate entries of a run, in order, from the requested buckets (rows not yet rendered).
+create or replace function kizuna.page_candidates(buckets text[], horizon bigint, with_tombstones boolean,
+                                                  after_seq bigint, after_tbl text, after_pk text,
+                                                  after_bucket text, n integer)
+returns setof kizuna.changes language sql stable security definer set search_path = pg_catalog as $$
+  select c.*
+    from (select distinct b from unnest(buckets) b) rb
+   cross join lateral (
+     select * from kizuna.changes c
+      where c.bucket = rb.b and c.seq <= horizon and (with_tombstones or not c.deleted)
+        and (c.seq, c.tbl, c.pk) >= (after_seq, after_tbl, after_pk)
+      order by c.seq, c.tbl, c.pk
+      limit n + 1) c
+   where (c.seq, c.tbl, c.pk, c.bucket) > (after_seq, after_tbl, after_pk, after_bucket)
+   order by c.seq, c.tbl, c.pk, c.bucket
+   limit n
+$$;
+
+-- Records that a run was served to completion for these buckets (the DELETE_WINS rule in 005).
+create or replace function kizuna.record_served(client uuid, buckets text[], run_from bigint, horizon bigint)
+returns void language sql security definer set search_path = pg_catalog as $$
+  insert into kizuna.client_buckets as cb (client_id, bucket, joined, served_to)
+  select client, b, run_from, horizon from (select distinct b from unnest(buckets) b) d
+  on conflict (client_id, bucket) do update
+    set joined = case when excluded.joined = 0 then 0 else cb.joined end,
+        served_to = greatest(cb.served_to, excluded.served_to)
+$$;
+
+-- The caller's conflict-journal entries recorded in (run_from, horizon], for the closing page.
+create or replace function kizuna.conflicts_for(who text, run_from bigint, horizon bigint) returns jsonb
+language sql stable security definer set search_path = pg_catalog as $$
+  select jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
+           'table', c.tbl, 'pk', c.pk, 'column', c.col, 'loser_seq', c.loser_seq, 'winner_seq', c.winner_seq,
+           'loser_by', c.loser_by)) || jsonb_build_object('loser', c.loser, 'winner', c.winner)
+         order by c.recorded_seq, c.id)
+    from kizuna.conflicts c
+   where c.recorded_seq > run_from and c.recorded_seq <= horizon
+     and (c.loser_by = who or c.winner_by = who)
+$$;
+
+-- Renders candidate entries as the caller; returns the visible ones as wire entries, in order.
+-- Entries are filled into a pre-sized array by position and aggregated once: appending to a jsonb
+-- array copies it, which made a 5000-entry page quadratic (30 s instead of well under one).
+create or replace function kizuna.render_entries(candidates kizuna.changes[]) returns jsonb
+language plpgsql stable as $$
+declare
+  n integer := coalesce(cardinality(candidates), 0);
+  rendered jsonb[] := array_fill(null::jsonb, array[n]);
+  t kizuna.synced_tables;
+  live record;
+  c kizuna.changes;
+begin
+  -- Live rows, one query per table, through the caller's SELECT policy.
+  for t in select * from kizuna.synced_tables s
+            where s.name in (select x.tbl from unnest(candidates) x where not x.deleted)
+              and has_table_privilege(s.rel, 'SELECT') loop  -- no privilege: nothing is visible
+    for live in execute format(
+        'select k.i, to_jsonb(r) as row
+           from (select unnest($1) as c, generate_subscripts($1, 1) as i) k
+           join %1$s r on r.%2$I = cast((k.c).pk as %3$s)
+          where (k.c).tbl = $2 and not (k.c).deleted',
+        t.rel, t.pk_column, kizuna.column_type(t.rel, t.pk_column))
+      using candidates, t.name loop
+      c := candidates[live.i];
+      rendered[live.i] := jsonb_build_object('seq', c.seq, 'table', c.tbl, 'pk', c.pk,
+                                             'bucket', c.bucket, 'row', live.row);
+    end loop;
+  end loop;
+
+  for i in 1 .. n loop
+    c := candidates[i];
+    if c.deleted then
+      select s.* into t from kizuna.synced_tables s where s.name = c.tbl;
+      if t.name is not null and kizuna.image_visible(t.rel, c.image) then
+        rendered[i] := jsonb_build_object('seq', c.seq, 'table', c.tbl, 'pk', c.pk,
+                                          'bucket', c.bucket, 'deleted', true);
+      end if;
+    end if;
+  end loop;
+  return (select coalesce(jsonb_agg(e order by i), '[]'::jsonb)
+            from unnest(rendered) with ordinality u(e, i) where e is not null);
+end
+$$;
+
+create or replace function kizuna.lifecycle_page(signal text) returns jsonb
+language sql stable as $$
+  select jsonb_build_object('entries', '[]'::jsonb, 'cursor', 'kz1.' || s.epoch || '.0', 'done', true,
+                            'horizon', s.horizon, 'lifecycle', signal)
+    from kizuna.pull_state() s
+$$;
+
+create or replace function public.kizuna_pull(request jsonb) returns jsonb
+language plpgsql set search_path = pg_catalog, public as $$
+declare
+  st record;
+  who text;
+  c kizuna.clients;
+  buckets text[];
+  lim integer;
+  cur text;
+  parts text[];
+  run_from bigint;
+  horizon bigint;
+  pos_seq bigint;
+  pos_tbl text := '';
+  pos_pk text := '';
+  pos_bucket text := '';
+  batch kizuna.changes[];
+  rendered jsonb;
+  entries jsonb := '[]';
+  last_of_page jsonb;
+  page jsonb;
+  conflicts jsonb;
+begin
+  perform kizuna.check_envelope(request);
+  if coalesce(jsonb_typeof(request -> 'cursor'), 'null') not in ('null', 'string') then
+    perform kizuna.fail('KZP01', 'cursor must be a string or null');
+  end if;
+  if jsonb_typeof(request -> 'buckets') is distinct from 'array'
+     or exists (select 1 from jsonb_array_elements(request -> 'buckets') b where jsonb_typeof(b) <> 'string') then
+    perform kizuna.fail('KZP01', 'buckets must be an array of strings');
+  end if;
+  if not kizuna.is_int(request -> 'limit') or (request ->> 'limit')::bigint < 1 then
+    perform kizuna.fail('KZP01', 'limit must be a positive integer');
+  end if;
+  buckets := array(select jsonb_array_elements_text(request -> 'buckets'));
+  lim := least((request ->> 'limit')::bigint, (select max_pull_limit from kizuna.settings));
+  who := kizuna.caller();
+  c := kizuna.touch_client((request ->> 'client_id')::uuid, who, false);
+  st := kizuna.pull_state();
+
+  -- The cursor: where this page starts, and the run's starting checkpoint and horizon.
+  cur := request ->> 'cursor';
+  if cur is null then
+    run_from := 0;
+    horizon := st.horizon;
+    pos_seq := 1;
+  else
+    parts := string_to_array(cur, '.');
+    if parts[1] <> 'kz1' or parts[2] !~ '^[0-9a-f]{16}$'
+       or cardinality(parts) not in (3, 8)
+       or exists (select 1 from unnest(parts[3:5]) p where p !~ '^[0-9]{1,18}$')
+       or exists (select 1 from unnest(parts[6:8]) p where p !~ '^([0-9a-f]{2})*$') then
+      perform kizuna.fail('KZP01', 'unparseable cursor', null, 'send a cursor this server issued, or null');
+    end if;
+    if parts[2] <> st.epoch then
+      return kizuna.lifecycle_page('SERVER_RESET');
+    end if;
+    run_from := parts[3]::bigint;
+    if cardinality(parts) = 3 then
+      horizon := st.horizon;
+      pos_seq := run_from + 1;  -- with empty names: every entry with seq > run_from
+    else
+      horizon := parts[4]::bigint;
+      pos_seq := parts[5]::bigint;
+      begin
+        pos_tbl := kizuna.unhex(parts[6]);
+        pos_pk := kizuna.unhex(parts[7]);
+        pos_bucket := kizuna.unhex(parts[8]);
+      exception when others then
+        perform kizuna.fail('KZP01', 'unparseable cursor', null, 'send a cursor this server issued, or null');
+      end;
+      if pos_seq < run_from or pos_seq > horizon then
+        perform kizuna.fail('KZP01', 'unparseable cursor', null, 'send a cursor this server issued, or null');
+      end if;
+    end if;
+    if run_from > st.horizon or horizon > st.horizon then
+      return kizuna.lifecycle_page('SERVER_RESET');  -- a history this database does not have
+    end if;
+    if run_from > 0 and run_from < st.low_watermark then
+      return kizuna.lifecycle_page('CHECKPOINT_EXPIRED');
+    end if;
+  end if;
+
+  -- Collect up to lim + 1 visible entries (one look-ahead decides `done`), scanning candidates in
+  -- chunks; entries the caller may not see are skipped.
+  loop
+    batch := array(select x from kizuna.page_candidates(buckets, horizon, run_from > 0,
+                                                        pos_seq, pos_tbl, pos_pk, pos_bucket, lim + 1) x);
+    exit when cardinality(batch) = 0;
+    rendered := kizuna.render_entries(batch);
+    entries := entries || rendered;
+    pos_seq := batch[cardinality(batch)].seq;
+    pos_tbl := batch[cardinality(batch)].tbl;
+    pos_pk := batch[cardinality(batch)].pk;
+    pos_bucket := batch[cardinality(batch)].bucket;
+    exit when jsonb_array_length(entries) > lim or cardinality(batch) <= lim;
+  end loop;
+
+  if jsonb_array_length(entries) > lim then
+    entries := (select jsonb_agg(e order by o) from jsonb_array_elements(entries) with ordinality a(e, o) where o <= lim);
+    last_of_page := entries -> (lim - 1);
+    return jsonb_build_object('entries', entries, 'done', false, 'horizon', horizon,
+      'cursor', format('kz1.%s.%s.%s.%s.%s.%s.%s', st.epoch, run_from, horizon, last_of_page ->> 'seq',
+                       kizuna.hex(last_of_page ->> 'table'), kizuna.hex(last_of_page ->> 'pk'),
+                       kizuna.hex(last_of_page ->> 'bucket')));
+  end if;
+
+  perform kizuna.record_served(c.client_id, buckets, run_from, horizon);
+  page := jsonb_build_object('entries', entries, 'done', true, 'horizon', horizon,
+                             'cursor', format('kz1.%s.%s', st.epoch, horizon));
+  if exists (select 1 from kizuna.synced_tables where journal) then
+    conflicts := kizuna.conflicts_for(who, run_from, horizon);
+    if conflicts is not null then
+      page := page || jsonb_build_object('conflicts', conflicts);
+    end if;
+  end if;
+  return page;
+end
+$$;

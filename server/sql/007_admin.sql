@@ -1,0 +1,104 @@
+-- Kizuna SQL pack, file 7 of 7: retention (the reaper), status, epochs and privileges.
+
+-- Prunes what is past retention, durably (plain committed deletes and counters: a restart keeps
+-- them). Runs under the fence lock so the low watermark moves between two commits, never across one.
+--   ledger entries older than ledger_retention; each client's pruned_seq rises to the highest
+--     client_seq pruned, so a replay of a pruned mutation answers SKIPPED, never a second effect;
+--   tombstones older than tombstone_retention; the low watermark rises to the highest pruned
+--     tombstone's seq, and a run starting from a checkpoint below it gets CHECKPOINT_EXPIRED;
+--   conflict-journal entries older than journal_retention.
+create or replace function kizuna.reap() returns jsonb
+language plpgsql security definer set search_path = pg_catalog as $$
+declare
+  cfg kizuna.settings;
+  ledger_n bigint;
+  tomb_n bigint;
+  tomb_max bigint;
+  journal_n bigint;
+  lw bigint;
+begin
+  perform pg_advisory_xact_lock(kizuna.fence_lock_key());
+  select * into cfg from kizuna.settings;
+
+  with gone as (
+    delete from kizuna.ledger where created_at <= now() - cfg.ledger_retention and verdict is not null
+    returning client_id, client_seq
+  ), per_client as (
+    select client_id, max(client_seq) as top, count(*) as n from gone group by client_id
+  ), bumped as (
+    update kizuna.clients c set pruned_seq = greatest(c.pruned_seq, p.top)
+      from per_client p where c.client_id = p.client_id
+    returning p.n
+  )
+  select coalesce(sum(n), 0) into ledger_n from bumped;
+
+  with gone as (
+    delete from kizuna.changes where deleted and changed_at <= now() - cfg.tombstone_retention
+    returning seq
+  )
+  select count(*), max(seq) into tomb_n, tomb_max from gone;
+
+  delete from kizuna.conflicts where created_at <= now() - cfg.journal_retention and recorded_seq is not null;
+  get diagnostics journal_n = row_count;
+
+  update kizuna.state
+     set low_watermark = greatest(low_watermark, coalesce(tomb_max, 0)),
+         ledger_pruned_total = ledger_pruned_total + ledger_n,
+         tombstones_pruned_total = tombstones_pruned_total + tomb_n,
+         last_reap_at = now()
+  returning low_watermark into lw;
+
+  return jsonb_build_object('ledger_pruned', ledger_n, 'tombstones_pruned', tomb_n,
+                            'conflicts_pruned', journal_n, 'low_watermark', lw);
+end
+$$;
+
+-- Durable figures, for `kizuna-server status` and /metrics.
+create or replace function kizuna.status() returns jsonb
+language sql stable security definer set search_path = pg_catalog as $$
+  select jsonb_build_object(
+    'epoch', s.epoch,
+    'horizon', s.horizon,
+    'low_watermark', s.low_watermark,
+    'ledger_size', (select count(*) from kizuna.ledger),
+    'tombstones', (select count(*) from kizuna.changes where deleted),
+    'change_log_size', (select count(*) from kizuna.changes),
+    'clients', (select count(*) from kizuna.clients),
+    'synced_tables', (select count(*) from kizuna.synced_tables),
+    'conflicts', (select count(*) from kizuna.conflicts),
+    'applied_total', s.applied_total,
+    'replayed_total', s.replayed_total,
+    'skipped_total', s.skipped_total,
+    'delayed_total', s.delayed_total,
+    'rejected_total', s.rejected_total,
+    'ledger_pruned_total', s.ledger_pruned_total,
+    'tombstones_pruned_total', s.tombstones_pruned_total,
+    'last_reap_at', s.last_reap_at,
+    'installed_at', s.installed_at)
+  from kizuna.state s
+$$;
+
+-- Starts a new server history: every cursor issued so far answers SERVER_RESET and clients
+-- rehydrate. For operators after restoring a backup in place (a restore into another database or
+-- cluster is detected at install by itself).
+create or replace function kizuna.new_epoch() returns text
+language sql security definer set search_path = pg_catalog as $$
+  update kizuna.state set epoch = substr(replace(gen_random_uuid()::text, '-', ''), 1, 16) returning epoch
+$$;
+
+-- Privileges: the API roles call the two entry points, which need the helpers; the admin
+-- functions (registry, reaper, status, epochs, fence) stay with the owner.
+revoke all on all functions in schema kizuna from public;
+grant execute on all functions in schema kizuna to anon, authenticated, service_role;
+revoke execute on function
+  kizuna.register_table(regclass, text, text, integer, boolean, regprocedure, name, text),
+  kizuna.unregister_table(regclass),
+  kizuna.compile_table(text),
+  kizuna.reap(),
+  kizuna.status(),
+  kizuna.new_epoch(),
+  kizuna.fence(),
+  kizuna.fence_now()
+from anon, authenticated, service_role;
+revoke all on function public.kizuna_push(jsonb), public.kizuna_pull(jsonb) from public;
+grant execute on function public.kizuna_push(jsonb), public.kizuna_pull(jsonb) to anon, authenticated, service_role;

@@ -1,0 +1,91 @@
+//! Installing the pack: idempotent, in file order, and what it provides around the entry points
+//! (wake-ups at commit, durable status figures, the example table).
+
+mod support;
+
+use std::time::Duration;
+
+use futures_util::{stream, StreamExt};
+use serde_json::{json, Value};
+use support::db::{mutation, push_request, statuses, Caller, TestDb};
+use tokio_postgres::{AsyncMessage, NoTls};
+
+const ALICE: &str = "a11ce000-0000-4000-8000-000000000001";
+const DEVICE: &str = "c0000000-0000-4000-8000-0000000000a1";
+
+#[tokio::test]
+async fn installing_twice_changes_nothing_and_follows_the_sql_directory() {
+    let Some(db) = TestDb::with_todos().await else { return };
+    let alice = Caller::user(ALICE);
+    let first = db.push(&alice, push_request(DEVICE, vec![mutation(1, "todos", "t1", "upsert", json!({"title": "a"}))])).await.unwrap();
+    assert_eq!(statuses(&first), ["APPLIED"]);
+    let epoch: Value = db.one("select to_jsonb(epoch) from kizuna.state").await;
+
+    db.reinstall().await;
+    db.reinstall().await;
+    db.exec(include_str!("../sql/examples/todos.sql")).await;
+
+    // Same server history, same data, and the pack still works.
+    assert_eq!(db.one::<Value>("select to_jsonb(epoch) from kizuna.state").await, epoch);
+    assert_eq!(db.one::<i64>("select count(*) from public.todos").await, 1);
+    let again = db.push(&alice, push_request(DEVICE, vec![mutation(2, "todos", "t2", "upsert", json!({"title": "b"}))])).await.unwrap();
+    assert_eq!(statuses(&again), ["APPLIED"]);
+
+    // The installer applies exactly the files of server/sql, in lexical order (as psql -f would).
+    let mut on_disk: Vec<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/sql"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".sql"))
+        .collect();
+    on_disk.sort();
+    assert_eq!(TestDb::pack_files(), on_disk);
+}
+
+#[tokio::test]
+async fn a_committed_change_wakes_listeners_with_the_horizon_and_no_row_data() {
+    let Some(db) = TestDb::with_todos().await else { return };
+    let (listener, mut conn) = tokio_postgres::connect(db.url(), NoTls).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut messages = stream::poll_fn(move |cx| conn.poll_message(cx));
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = messages.next().await {
+            if let AsyncMessage::Notification(n) = message {
+                let _ = tx.send((n.channel().to_string(), n.payload().to_string()));
+            }
+        }
+    });
+    listener.batch_execute("listen kizuna_wake").await.unwrap();
+
+    // A rolled-back write wakes nobody.
+    db.exec("begin; insert into public.todos (id, owner, title) values ('gone', gen_random_uuid(), 'secret'); rollback").await;
+    // A plain SQL write, committed, wakes with the new horizon only.
+    db.exec("insert into public.todos (id, owner, title) values ('w1', gen_random_uuid(), 'secret title')").await;
+    let (channel, payload) = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.unwrap().unwrap();
+    assert_eq!(channel, "kizuna_wake");
+    let horizon: i64 = db.one("select horizon from kizuna.state").await;
+    assert_eq!(serde_json::from_str::<Value>(&payload).unwrap(), json!({"horizon": horizon}));
+    assert!(!payload.contains("secret") && !payload.contains("w1"));
+    assert!(tokio::time::timeout(Duration::from_millis(200), rx.recv()).await.is_err(), "one wake per commit");
+}
+
+#[tokio::test]
+async fn status_reports_durable_figures() {
+    let Some(db) = TestDb::with_todos().await else { return };
+    let alice = Caller::user(ALICE);
+    let ok = mutation(1, "todos", "t1", "upsert", json!({"title": "a"}));
+    let bad = mutation(2, "todos", "t2", "upsert", json!({"nope": 1}));
+    db.push(&alice, push_request(DEVICE, vec![ok.clone(), bad])).await.unwrap();
+    db.push(&alice, push_request(DEVICE, vec![ok])).await.unwrap();
+    db.exec("delete from public.todos where id = 't1'").await;
+
+    let status = db.status().await;
+    assert_eq!(status["applied_total"], 1);
+    assert_eq!(status["replayed_total"], 1);
+    assert_eq!(status["rejected_total"], json!({"SCHEMA_MISMATCH": 1}));
+    assert_eq!(status["ledger_size"], 2);
+    assert_eq!(status["tombstones"], 1);
+    assert_eq!(status["clients"], 1);
+    assert_eq!(status["low_watermark"], 0);
+    assert_eq!(status["horizon"], db.one::<i64>("select horizon from kizuna.state").await);
+    assert!(status["epoch"].as_str().unwrap().len() == 16);
+}

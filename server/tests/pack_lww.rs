@@ -1,0 +1,123 @@
+//! Column last-writer-wins in both modes, and the conflict journal (on per table, off by default).
+
+mod support;
+
+use serde_json::{json, Value};
+use support::db::{mutation, pull_run, push_request, statuses, Caller, TestDb};
+
+const ALICE: &str = "a11ce000-0000-4000-8000-000000000001";
+const PHONE: &str = "c0000000-0000-4000-8000-0000000000a1";
+const LAPTOP: &str = "c0000000-0000-4000-8000-0000000000a2";
+
+/// An owned table like todos, registered with the given options.
+async fn owned_table(db: &TestDb, name: &str, options: &str) {
+    db.exec(&format!(
+        "create table public.{name} (id text primary key, owner uuid not null default auth.uid(), title text, body text);
+         alter table public.{name} enable row level security;
+         create policy own on public.{name} using (owner = auth.uid()) with check (owner = auth.uid());
+         grant select, insert, update, delete on public.{name} to authenticated;
+         select kizuna.register_table('public.{name}', bucket => $$'user:' || owner$$ {options});"
+    ))
+    .await;
+}
+
+fn with(mut m: Value, field: &str, value: Value) -> Value {
+    m[field] = value;
+    m
+}
+
+fn bucket() -> String {
+    format!("user:{ALICE}")
+}
+
+#[tokio::test]
+async fn arrival_mode_later_arrival_holds_a_column_and_different_columns_both_survive() {
+    let Some(db) = TestDb::with_todos().await else { return };
+    let alice = Caller::user(ALICE);
+    db.push(&alice, push_request(PHONE, vec![mutation(1, "todos", "t1", "upsert", json!({"title": "v0"}))])).await.unwrap();
+    let seen = pull_run(db.client(), &alice, PHONE, None, &[&bucket()], 100).await.unwrap();
+
+    // Both devices edited offline from the same checkpoint; the laptop's write arrives last.
+    let phone = db.push(&alice, push_request(PHONE, vec![
+        with(mutation(2, "todos", "t1", "patch", json!({"title": "phone", "done": true})), "read_seq", json!(seen.horizon)),
+    ])).await.unwrap();
+    let laptop = db.push(&alice, push_request(LAPTOP, vec![
+        with(mutation(1, "todos", "t1", "patch", json!({"title": "laptop", "note": "n"})), "read_seq", json!(seen.horizon)),
+    ])).await.unwrap();
+    assert_eq!(statuses(&phone), ["APPLIED"]);
+    assert_eq!(statuses(&laptop), ["APPLIED"]);
+    assert!(laptop["verdicts"][0]["seq"].as_i64() > phone["verdicts"][0]["seq"].as_i64());
+
+    let row: Value = db.one("select to_jsonb(t) from public.todos t where id = 't1'").await;
+    assert_eq!((row["title"].clone(), row["done"].clone(), row["note"].clone()), (json!("laptop"), json!(true), json!("n")));
+
+    // The journal is off for todos: nothing recorded, nothing attached.
+    let run = pull_run(db.client(), &alice, PHONE, Some(&seen.checkpoint), &[&bucket()], 100).await.unwrap();
+    assert!(run.conflicts.is_empty());
+    assert_eq!(db.one::<i64>("select count(*) from kizuna.conflicts").await, 0);
+    assert_eq!(run.entries[0]["row"]["title"], "laptop");
+}
+
+#[tokio::test]
+async fn arrival_mode_journal_keeps_the_value_a_stale_writer_overwrote() {
+    let Some(db) = TestDb::new().await else { return };
+    owned_table(&db, "docs", ", journal => true").await;
+    let alice = Caller::user(ALICE);
+    db.push(&alice, push_request(PHONE, vec![mutation(1, "docs", "d1", "upsert", json!({"title": "v0", "body": "b0"}))])).await.unwrap();
+    let seen = pull_run(db.client(), &alice, PHONE, None, &[&bucket()], 100).await.unwrap();
+
+    let phone = db.push(&alice, push_request(PHONE, vec![
+        with(mutation(2, "docs", "d1", "patch", json!({"title": "phone"})), "read_seq", json!(seen.horizon)),
+    ])).await.unwrap();
+    // The laptop never saw the phone's title: its write wins (arrival) and the phone's value is journaled.
+    let laptop = db.push(&alice, push_request(LAPTOP, vec![
+        with(mutation(1, "docs", "d1", "patch", json!({"title": "laptop", "body": "b0"})), "read_seq", json!(seen.horizon)),
+    ])).await.unwrap();
+    assert_eq!(db.one::<String>("select title from public.docs").await, "laptop");
+
+    let run = pull_run(db.client(), &alice, PHONE, Some(&seen.checkpoint), &[&bucket()], 100).await.unwrap();
+    assert_eq!(run.conflicts.len(), 1, "only the contested column that changed hands: {:?}", run.conflicts);
+    let c = &run.conflicts[0];
+    assert_eq!((c["table"].clone(), c["pk"].clone(), c["column"].clone()), (json!("docs"), json!("d1"), json!("title")));
+    assert_eq!((c["loser"].clone(), c["winner"].clone()), (json!("phone"), json!("laptop")));
+    assert_eq!(c["loser_seq"], phone["verdicts"][0]["seq"]);
+    assert_eq!(c["winner_seq"], laptop["verdicts"][0]["seq"]);
+    assert_eq!(c["loser_by"], ALICE);
+
+    // A writer who had seen the value overwrites it without a conflict.
+    let fresh = pull_run(db.client(), &alice, LAPTOP, None, &[&bucket()], 100).await.unwrap();
+    db.push(&alice, push_request(LAPTOP, vec![
+        with(mutation(2, "docs", "d1", "patch", json!({"title": "edited"})), "read_seq", json!(fresh.horizon)),
+    ])).await.unwrap();
+    assert_eq!(db.one::<i64>("select count(*) from kizuna.conflicts").await, 1);
+}
+
+#[tokio::test]
+async fn hlc_mode_orders_each_column_by_the_clamped_origin_clock() {
+    let Some(db) = TestDb::new().await else { return };
+    owned_table(&db, "notes", ", conflict_mode => 'hlc', journal => true").await;
+    db.exec("update kizuna.settings set hlc_max_skew = '2 seconds'").await;
+    let alice = Caller::user(ALICE);
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let hlc = |ms: i64, counter: u32, node: &str| format!("{ms:013}-{counter:04}-{node}");
+
+    // Arrival order: newer clock first, then an older one on the same column and a fresh column.
+    let newer = with(mutation(1, "notes", "n1", "upsert", json!({"title": "newer"})), "hlc", json!(hlc(now_ms - 1_000, 0, "phone")));
+    let older = with(mutation(1, "notes", "n1", "patch", json!({"title": "older", "body": "body"})), "hlc", json!(hlc(now_ms - 5_000, 0, "laptop")));
+    db.push(&alice, push_request(PHONE, vec![newer])).await.unwrap();
+    let response = db.push(&alice, push_request(LAPTOP, vec![older])).await.unwrap();
+    assert_eq!(statuses(&response), ["APPLIED"], "the write is accepted; its older column loses");
+    let row: Value = db.one("select to_jsonb(t) from public.notes t").await;
+    assert_eq!((row["title"].clone(), row["body"].clone()), (json!("newer"), json!("body")));
+    let journal: Value = db.one("select jsonb_agg(jsonb_build_object('loser', loser, 'winner', winner, 'col', col)) from kizuna.conflicts").await;
+    assert_eq!(journal, json!([{"col": "title", "loser": "older", "winner": "newer"}]));
+
+    // A clock far in the future is clamped to server time plus the skew, so it cannot hold a
+    // column forever: a later write a little past the window still wins.
+    let future = with(mutation(2, "notes", "n1", "patch", json!({"title": "from 2100"})), "hlc", json!(hlc(4_102_444_800_000, 0, "phone")));
+    db.push(&alice, push_request(PHONE, vec![future])).await.unwrap();
+    assert_eq!(db.one::<String>("select title from public.notes").await, "from 2100");
+    let later = with(mutation(2, "notes", "n1", "patch", json!({"title": "honest"})), "hlc", json!(hlc(now_ms + 60_000, 9999, "laptop")));
+    db.push(&alice, push_request(LAPTOP, vec![later])).await.unwrap();
+    assert_eq!(db.one::<String>("select title from public.notes").await, "honest");
+}

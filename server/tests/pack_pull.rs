@@ -1,0 +1,124 @@
+//! Paged pull: order, the closing page at exactly `limit`, CHECKPOINT_EXPIRED (also between pages),
+//! SERVER_RESET and unparseable cursors.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::db::{mutation, pull_request, pull_run, push_request, Caller, TestDb};
+
+const ALICE: &str = "a11ce000-0000-4000-8000-000000000001";
+const DEVICE: &str = "c0000000-0000-4000-8000-0000000000a1";
+
+fn bucket() -> String {
+    format!("user:{ALICE}")
+}
+
+async fn six_rows(db: &TestDb, alice: &Caller) {
+    let first: Vec<Value> = ["b", "a", "c"].iter().enumerate()
+        .map(|(i, k)| mutation(i as i64 + 1, "todos", k, "upsert", json!({"title": k}))).collect();
+    db.push(alice, push_request(DEVICE, first)).await.unwrap();
+    let second: Vec<Value> = ["f", "e", "d"].iter().enumerate()
+        .map(|(i, k)| mutation(i as i64 + 4, "todos", k, "upsert", json!({"title": k}))).collect();
+    db.push(alice, push_request(DEVICE, second)).await.unwrap();
+}
+
+#[tokio::test]
+async fn pages_come_in_seq_table_pk_order_and_the_closing_page_may_hold_exactly_limit() {
+    let Some(db) = TestDb::with_todos().await else { return };
+    let alice = Caller::user(ALICE);
+    six_rows(&db, &alice).await;
+    let b = bucket();
+
+    let p1 = db.pull(&alice, pull_request(DEVICE, None, &[&b], 3)).await.unwrap();
+    assert_eq!(p1["done"], false);
+    let p2 = db.pull(&alice, pull_request(DEVICE, p1["cursor"].as_str(), &[&b], 3)).await.unwrap();
+    assert_eq!(p2["done"], true, "the page that reaches the end says so, even at exactly limit");
+    assert_eq!(p2["entries"].as_array().unwrap().len(), 3);
+    let order: Vec<(i64, String)> = [&p1, &p2].iter()
+        .flat_map(|p| p["entries"].as_array().unwrap().iter()
+            .map(|e| (e["seq"].as_i64().unwrap(), e["pk"].as_str().unwrap().to_string())))
+        .collect();
+    let pks: Vec<&str> = order.iter().map(|(_, k)| k.as_str()).collect();
+    assert_eq!(pks, ["a", "b", "c", "d", "e", "f"]);
+    assert!(order.windows(2).all(|w| w[0] <= w[1]));
+    assert_eq!(p1["horizon"], p2["horizon"]);
+
+    // From the closing checkpoint, nothing new: one empty closing page.
+    let p3 = db.pull(&alice, pull_request(DEVICE, p2["cursor"].as_str(), &[&b], 3)).await.unwrap();
+    assert_eq!((p3["done"].clone(), p3["entries"].clone()), (json!(true), json!([])));
+    // One page of exactly limit from null.
+    let whole = db.pull(&alice, pull_request(DEVICE, None, &[&b], 6)).await.unwrap();
+    assert_eq!((whole["done"].clone(), whole["entries"].as_array().unwrap().len()), (json!(true), 6));
+}
+
+#[tokio::test]
+async fn checkpoint_expired_is_judged_by_the_run_start_also_between_pages() {
+    let Some(db) = TestDb::with_todos().await else { return };
+    let alice = Caller::user(ALICE);
+    six_rows(&db, &alice).await;
+    let b = bucket();
+    let first = pull_run(db.client(), &alice, DEVICE, None, &[&b], 100).await.unwrap();
+
+    // After the checkpoint: deletes (tombstones) and new rows.
+    db.push(&alice, push_request(DEVICE, vec![mutation(7, "todos", "a", "delete", Value::Null),
+                                              mutation(8, "todos", "g", "upsert", json!({"title": "g"})),
+                                              mutation(9, "todos", "h", "upsert", json!({"title": "h"}))])).await.unwrap();
+    let page = db.pull(&alice, pull_request(DEVICE, Some(&first.checkpoint), &[&b], 1)).await.unwrap();
+    assert_eq!(page["done"], false);
+    assert!(page["lifecycle"].is_null());
+
+    // The reaper prunes the tombstone: the run that started before it expires between pages.
+    db.exec("update kizuna.settings set tombstone_retention = '0'").await;
+    let reaped: Value = db.one("select kizuna.reap()").await;
+    assert_eq!(reaped["tombstones_pruned"], 1);
+    let next = db.pull(&alice, pull_request(DEVICE, page["cursor"].as_str(), &[&b], 1)).await.unwrap();
+    assert_eq!(next["lifecycle"], "CHECKPOINT_EXPIRED");
+    assert_eq!(next["entries"], json!([]));
+    let again = db.pull(&alice, pull_request(DEVICE, Some(&first.checkpoint), &[&b], 100)).await.unwrap();
+    assert_eq!(again["lifecycle"], "CHECKPOINT_EXPIRED");
+
+    // A run from the beginning always completes, page by page, and its checkpoint is good.
+    let rehydrated = pull_run(db.client(), &alice, DEVICE, None, &[&b], 2).await.unwrap();
+    let mut pks: Vec<&str> = rehydrated.entries.iter().map(|e| e["pk"].as_str().unwrap()).collect();
+    pks.sort();
+    assert_eq!(pks, ["b", "c", "d", "e", "f", "g", "h"]);
+    assert!(pull_run(db.client(), &alice, DEVICE, Some(&rehydrated.checkpoint), &[&b], 2).await.is_ok());
+    assert_eq!(db.status().await["low_watermark"], reaped["low_watermark"]);
+}
+
+#[tokio::test]
+async fn another_epoch_is_a_server_reset_and_a_garbled_cursor_is_malformed() {
+    let Some(db) = TestDb::with_todos().await else { return };
+    let alice = Caller::user(ALICE);
+    six_rows(&db, &alice).await;
+    let b = bucket();
+    let run = pull_run(db.client(), &alice, DEVICE, None, &[&b], 100).await.unwrap();
+    assert!(run.checkpoint.starts_with("kz1."));
+
+    for garbled in ["", "kz1", "kz2.0123456789abcdef.1", "kz1.0123456789abcdef.x", "kz1.0123456789abcdef.1.2.3.zz.00.00",
+                    "'; drop table todos; --"] {
+        let err = db.pull(&alice, pull_request(DEVICE, Some(garbled), &[&b], 10)).await.unwrap_err();
+        assert_eq!(err.code, "KZP01", "{garbled:?}");
+    }
+    for bad in [json!({"protocol": 1, "client_id": DEVICE, "cursor": null, "buckets": "all", "limit": 10}),
+                json!({"protocol": 1, "client_id": DEVICE, "cursor": null, "buckets": [], "limit": 0}),
+                json!({"protocol": 1, "client_id": DEVICE, "cursor": 5, "buckets": [], "limit": 10})] {
+        assert_eq!(db.pull(&alice, bad).await.unwrap_err().code, "KZP01");
+    }
+    assert_eq!(db.pull(&alice, json!({"protocol": 9, "client_id": DEVICE, "cursor": null, "buckets": [], "limit": 1}))
+                 .await.unwrap_err().code, "KZP03");
+
+    // A cursor from beyond this server's history (a restored backup) or another epoch.
+    let epoch = run.checkpoint.split('.').nth(1).unwrap();
+    let beyond = format!("kz1.{epoch}.{}", run.horizon + 1000);
+    let page = db.pull(&alice, pull_request(DEVICE, Some(&beyond), &[&b], 10)).await.unwrap();
+    assert_eq!(page["lifecycle"], "SERVER_RESET");
+    db.exec("select kizuna.new_epoch()").await;
+    let page = db.pull(&alice, pull_request(DEVICE, Some(&run.checkpoint), &[&b], 10)).await.unwrap();
+    assert_eq!(page["lifecycle"], "SERVER_RESET");
+    assert_eq!(page["done"], true);
+    // Following the signal: rehydrate from null.
+    let fresh = pull_run(db.client(), &alice, DEVICE, None, &[&b], 10).await.unwrap();
+    assert_eq!(fresh.entries.len(), 6);
+    assert_ne!(fresh.checkpoint.split('.').nth(1).unwrap(), epoch);
+}

@@ -1,0 +1,172 @@
+//! Push: whole-request errors, the per-mutation rejections with server_row, atomic batches,
+//! delay windows and bad input. Each refusal writes nothing.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::db::{call_raw_as, mutation, push_request, statuses, Caller, TestDb};
+
+const ALICE: &str = "a11ce000-0000-4000-8000-000000000001";
+const DEVICE: &str = "c0000000-0000-4000-8000-0000000000a1";
+
+/// What a refused request must leave untouched.
+async fn footprint(db: &TestDb) -> Value {
+    db.one(
+        "select jsonb_build_object('todos', (select count(*) from public.todos),
+                                   'ledger', (select count(*) from kizuna.ledger),
+                                   'changes', (select count(*) from kizuna.changes),
+                                   'horizon', (select horizon from kizuna.state))",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn whole_request_errors_are_coded_and_write_nothing() {
+    let Some(db) = TestDb::with_todos().await else { return };
+    let alice = Caller::user(ALICE);
+    db.exec("select kizuna.register_table('public.todos', bucket => $$'user:' || owner$$, max_batch_size => 3,
+                                          gate => 'public.todos_gate(text, jsonb)')").await;
+    let before = footprint(&db).await;
+    let ok = |seq: i64| mutation(seq, "todos", &format!("t{seq}"), "upsert", json!({"title": "x"}));
+
+    // KZP02: more mutations than the table's max_batch_size.
+    let err = db.push(&alice, push_request(DEVICE, (1..=4).map(ok).collect())).await.unwrap_err();
+    assert_eq!(err.code, "KZP02", "{err:?}");
+    // KZP03: another protocol version.
+    let mut req = push_request(DEVICE, vec![ok(1)]);
+    req["protocol"] = json!(2);
+    assert_eq!(db.push(&alice, req).await.unwrap_err().code, "KZP03");
+    // KZP04: a row larger than max_row_bytes, even after valid mutations.
+    db.exec("update kizuna.settings set max_row_bytes = 1000").await;
+    let big = mutation(2, "todos", "big", "upsert", json!({"note": "n".repeat(2000)}));
+    assert_eq!(db.push(&alice, push_request(DEVICE, vec![ok(1), big])).await.unwrap_err().code, "KZP04");
+    // KZP01: shapes and types.
+    let malformed = [
+        json!([]),
+        json!({"protocol": 1, "client_id": DEVICE}),
+        json!({"protocol": "1", "client_id": DEVICE, "mutations": []}),
+        json!({"protocol": 1, "client_id": "not-a-uuid", "mutations": []}),
+        push_request(DEVICE, vec![json!({"id": "x"})]),
+        push_request(DEVICE, vec![{ let mut m = ok(1); m["client_seq"] = json!("1"); m }]),
+        push_request(DEVICE, vec![{ let mut m = ok(1); m["op"] = json!("drop"); m }]),
+        push_request(DEVICE, vec![{ let mut m = ok(1); m["columns"] = json!([1, 2]); m }]),
+        push_request(DEVICE, vec![{ let mut m = ok(1); m["apply_after"] = json!("tomorrow"); m }]),
+        push_request(DEVICE, vec![{ let mut m = ok(1); m["hlc"] = json!("yesterday"); m }]),
+        push_request(DEVICE, vec![{ let mut m = ok(1); m["read_seq"] = json!(1.5); m }]),
+    ];
+    for request in malformed {
+        let err = db.push(&alice, request.clone()).await.unwrap_err();
+        assert_eq!(err.code, "KZP01", "{request} -> {err:?}");
+    }
+    // Not JSON at all: PostgreSQL's own invalid_text_representation (the gateway answers 400 first).
+    let err = call_raw_as(db.client(), &alice, "kizuna_push", "{\"protocol\": 1,").await.unwrap_err();
+    assert_eq!(err.code, "22P02");
+    // A client id that belongs to another user.
+    db.push(&Caller::user("b0b00000-0000-4000-8000-000000000002"), push_request(DEVICE, vec![])).await.unwrap();
+    let before_taken = footprint(&db).await;
+    assert_eq!(db.push(&alice, push_request(DEVICE, vec![ok(1)])).await.unwrap_err().code, "KZP01");
+    assert_eq!(footprint(&db).await, before_taken);
+    assert_eq!(before["todos"], before_taken["todos"]);
+    assert_eq!(before["ledger"], before_taken["ledger"]);
+}
+
+#[tokio::test]
+async fn unknown_names_and_hostile_identifiers_are_schema_mismatches_that_write_nothing() {
+    let Some(db) = TestDb::with_todos().await else { return };
+    let alice = Caller::user(ALICE);
+    let hostile = [
+        mutation(1, "todos; drop table public.todos; --", "t1", "upsert", json!({"title": "x"})),
+        mutation(2, "pg_authid", "t1", "upsert", json!({"title": "x"})),
+        mutation(3, "public.todos", "t1", "upsert", json!({"title": "x"})),
+        mutation(4, "todos", "t1", "upsert", json!({"title\" = 'x'; drop table public.todos; --": "x"})),
+        mutation(5, "todos", "t1", "upsert", json!({"nope": 1})),
+        mutation(6, "todos", "t1", "upsert", json!({"done": "not a boolean"})),
+        mutation(7, "todos", "t1", "upsert", json!({"position": {"x": 1}})),
+        mutation(8, "todos", "t1", "upsert", json!({"id": "another key"})),
+    ];
+    let response = db.push(&alice, push_request(DEVICE, hostile.to_vec())).await.unwrap();
+    assert_eq!(statuses(&response), vec!["REJECTED:SCHEMA_MISMATCH"; 8]);
+    assert!(response["verdicts"].as_array().unwrap().iter().all(|v| v["server_row"].is_null()));
+    assert_eq!(db.one::<i64>("select count(*) from public.todos").await, 0);
+    assert_eq!(db.one::<i64>("select count(*) from kizuna.changes").await, 0);
+
+    // A hostile key is only ever a value.
+    let key = "'); delete from public.todos; --";
+    let response = db.push(&alice, push_request(DEVICE, vec![mutation(9, "todos", key, "upsert", json!({"title": "ok"}))])).await.unwrap();
+    assert_eq!(statuses(&response), ["APPLIED"]);
+    assert_eq!(db.one::<String>("select id from public.todos").await, key);
+}
+
+#[tokio::test]
+async fn each_rejection_carries_the_row_as_the_caller_sees_it() {
+    let Some(db) = TestDb::with_todos().await else { return };
+    let alice = Caller::user(ALICE);
+    db.push(&alice, push_request(DEVICE, vec![mutation(1, "todos", "t1", "upsert", json!({"title": "kept"}))])).await.unwrap();
+    db.exec("create unique index todos_position on public.todos (position)").await;
+    db.push(&alice, push_request(DEVICE, vec![mutation(2, "todos", "t2", "upsert", json!({"position": 1.0}))])).await.unwrap();
+
+    let response = db
+        .push(&alice, push_request(DEVICE, vec![
+            mutation(3, "todos", "t1", "patch", json!({"title": "t".repeat(201)})),
+            mutation(4, "todos", "t1", "patch", json!({"title": null})),
+            mutation(5, "todos", "t1", "patch", json!({"position": 1.0})),
+            mutation(6, "todos", "t1", "patch", json!({"done": true})),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(statuses(&response), ["REJECTED:VALIDATION_FAILED", "REJECTED:CONSTRAINT_VIOLATION",
+                                     "REJECTED:CONSTRAINT_VIOLATION", "APPLIED"]);
+    for v in &response["verdicts"].as_array().unwrap()[..3] {
+        assert_eq!(v["server_row"]["title"], "kept");
+        assert_eq!(v["server_row"]["done"], false, "the row as it was when refused");
+    }
+    // Patch never creates a row; the unknown key answers like a hidden one.
+    let response = db.push(&alice, push_request(DEVICE, vec![mutation(7, "todos", "nobody", "patch", json!({"done": true}))])).await.unwrap();
+    assert_eq!(statuses(&response), ["REJECTED:RLS_DENIED"]);
+    assert!(response["verdicts"][0]["server_row"].is_null());
+    assert_eq!(response["last_mutation_id"], 7);
+}
+
+#[tokio::test]
+async fn an_atomic_batch_is_all_or_nothing_and_a_plain_slice_is_not() {
+    let Some(db) = TestDb::with_todos().await else { return };
+    let alice = Caller::user(ALICE);
+    let batch = uuid::Uuid::new_v4().to_string();
+    let members = |seq: i64, batch: Option<&str>| {
+        let mut ms = vec![
+            mutation(seq, "todos", "b1", "upsert", json!({"title": "one"})),
+            mutation(seq + 1, "todos", "b2", "upsert", json!({"title": "x".repeat(300)})),
+            mutation(seq + 2, "todos", "b3", "upsert", json!({"title": "three"})),
+        ];
+        if let Some(b) = batch {
+            ms.iter_mut().for_each(|m| m["batch"] = json!(b));
+        }
+        ms
+    };
+    let response = db.push(&alice, push_request(DEVICE, members(1, Some(&batch)))).await.unwrap();
+    assert_eq!(statuses(&response), ["REJECTED:BATCH_ABORTED", "REJECTED:VALIDATION_FAILED", "REJECTED:BATCH_ABORTED"]);
+    assert_eq!(db.one::<i64>("select count(*) from public.todos").await, 0);
+
+    let response = db.push(&alice, push_request(DEVICE, members(4, None))).await.unwrap();
+    assert_eq!(statuses(&response), ["APPLIED", "REJECTED:VALIDATION_FAILED", "APPLIED"]);
+    assert_eq!(db.one::<i64>("select count(*) from public.todos").await, 2);
+}
+
+#[tokio::test]
+async fn a_future_apply_after_is_delayed_and_stores_nothing() {
+    let Some(db) = TestDb::with_todos().await else { return };
+    let alice = Caller::user(ALICE);
+    let mut later = mutation(1, "todos", "d1", "upsert", json!({"title": "later"}));
+    later["apply_after"] = json!("2999-01-01T00:00:00Z");
+    let now = mutation(2, "todos", "d2", "upsert", json!({"title": "now"}));
+    let response = db.push(&alice, push_request(DEVICE, vec![later.clone(), now])).await.unwrap();
+    assert_eq!(statuses(&response), ["DELAYED", "APPLIED"]);
+    assert_eq!(db.one::<i64>("select count(*) from public.todos where id = 'd1'").await, 0);
+    assert_eq!(db.one::<i64>("select count(*) from kizuna.ledger").await, 1, "nothing stored for DELAYED");
+
+    // Resent once due, after a later write applied: it applies (it was never SKIPPED).
+    later["apply_after"] = json!("2000-01-01T00:00:00Z");
+    let response = db.push(&alice, push_request(DEVICE, vec![later])).await.unwrap();
+    assert_eq!(statuses(&response), ["APPLIED"]);
+    assert_eq!(db.one::<i64>("select count(*) from public.todos where id = 'd1'").await, 1);
+}

@@ -1,0 +1,131 @@
+//! Row Level Security and buckets: two users never see each other's rows, pull filters by bucket,
+//! and a write to a deleted key is DELETE_WINS only for a caller who pulled the live row.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::db::{mutation, pull_request, pull_run, push_request, statuses, Caller, TestDb};
+
+const ALICE: &str = "a11ce000-0000-4000-8000-000000000001";
+const BOB: &str = "b0b00000-0000-4000-8000-000000000002";
+const ALICE_PHONE: &str = "c0000000-0000-4000-8000-0000000000a1";
+const ALICE_LAPTOP: &str = "c0000000-0000-4000-8000-0000000000a2";
+const ALICE_TABLET: &str = "c0000000-0000-4000-8000-0000000000a3";
+const BOB_PHONE: &str = "c0000000-0000-4000-8000-0000000000b1";
+
+fn bucket(user: &str) -> String {
+    format!("user:{user}")
+}
+
+fn keys(entries: &[Value]) -> Vec<String> {
+    entries.iter().map(|e| e["pk"].as_str().unwrap().to_string()).collect()
+}
+
+#[tokio::test]
+async fn users_never_see_each_others_rows_and_pull_filters_by_bucket() {
+    let Some(db) = TestDb::with_todos().await else { return };
+    let (alice, bob) = (Caller::user(ALICE), Caller::user(BOB));
+    db.push(&alice, push_request(ALICE_PHONE, vec![mutation(1, "todos", "a1", "upsert", json!({"title": "alice's"}))])).await.unwrap();
+    db.push(&bob, push_request(BOB_PHONE, vec![mutation(1, "todos", "b1", "upsert", json!({"title": "bob's"}))])).await.unwrap();
+    // A row made in plain SQL is delivered like any other.
+    db.exec(&format!("insert into public.todos (id, owner, title) values ('a2', '{ALICE}', 'from sql')")).await;
+
+    let (ab, bb) = (bucket(ALICE), bucket(BOB));
+    let run = pull_run(db.client(), &alice, ALICE_PHONE, None, &[&ab, &bb, "global"], 100).await.unwrap();
+    assert_eq!(keys(&run.entries), ["a1", "a2"]);
+    assert!(run.entries.iter().all(|e| e["bucket"] == json!(ab) && e["row"]["owner"] == ALICE));
+    let run = pull_run(db.client(), &alice, ALICE_PHONE, None, &[&bb], 100).await.unwrap();
+    assert!(run.entries.is_empty(), "bob's bucket renders nothing for alice");
+    let run = pull_run(db.client(), &bob, BOB_PHONE, None, &[&bb], 100).await.unwrap();
+    assert_eq!(keys(&run.entries), ["b1"]);
+    let run = pull_run(db.client(), &bob, BOB_PHONE, None, &["global"], 100).await.unwrap();
+    assert!(run.entries.is_empty(), "only requested buckets");
+
+    // Bob cannot write alice's row, and learns nothing about it.
+    let response = db
+        .push(&bob, push_request(BOB_PHONE, vec![
+            mutation(2, "todos", "a1", "upsert", json!({"title": "mine now"})),
+            mutation(3, "todos", "a1", "patch", json!({"title": "mine now"})),
+            mutation(4, "todos", "a1", "delete", Value::Null),
+            mutation(5, "todos", "b2", "upsert", json!({"title": "for alice", "owner": ALICE})),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(statuses(&response), vec!["REJECTED:RLS_DENIED"; 4]);
+    assert!(response["verdicts"].as_array().unwrap().iter().all(|v| v["server_row"].is_null()));
+    assert_eq!(db.one::<String>("select title from public.todos where id = 'a1'").await, "alice's");
+    assert_eq!(db.one::<i64>("select count(*) from public.todos").await, 3);
+
+    // An anonymous caller sees nothing and writes nothing.
+    let anon = Caller::anon();
+    let err = db.pull(&anon, pull_request(BOB_PHONE, None, &[&ab], 10)).await.unwrap_err();
+    assert_eq!(err.code, "KZP01", "bob's client id is not anon's");
+    let run = pull_run(db.client(), &anon, "c0000000-0000-4000-8000-0000000000f1", None, &[&ab, &bb], 10).await.unwrap();
+    assert!(run.entries.is_empty());
+}
+
+#[tokio::test]
+async fn delete_wins_only_for_a_caller_who_pulled_the_live_row() {
+    let Some(db) = TestDb::with_todos().await else { return };
+    let (alice, bob) = (Caller::user(ALICE), Caller::user(BOB));
+    let ab = bucket(ALICE);
+    db.push(&alice, push_request(ALICE_PHONE, vec![mutation(1, "todos", "t1", "upsert", json!({"title": "draft"}))])).await.unwrap();
+    let phone_run = pull_run(db.client(), &alice, ALICE_PHONE, None, &[&ab], 100).await.unwrap();
+    assert_eq!(keys(&phone_run.entries), ["t1"]);
+    // Bob pulls alice's bucket too (and is shown nothing).
+    pull_run(db.client(), &bob, BOB_PHONE, None, &[&ab], 100).await.unwrap();
+
+    // The laptop deletes the row (it never pulled: a delete needs only the key).
+    let response = db.push(&alice, push_request(ALICE_LAPTOP, vec![mutation(1, "todos", "t1", "delete", Value::Null)])).await.unwrap();
+    assert_eq!(statuses(&response), ["APPLIED"]);
+
+    // The phone had the live row: its offline edit loses to the delete.
+    let response = db.push(&alice, push_request(ALICE_PHONE, vec![{
+        let mut m = mutation(2, "todos", "t1", "patch", json!({"done": true}));
+        m["read_seq"] = json!(phone_run.horizon);
+        m
+    }])).await.unwrap();
+    assert_eq!(statuses(&response), ["REJECTED:DELETE_WINS"]);
+    assert!(response["verdicts"][0]["server_row"].is_null());
+    let response = db.push(&alice, push_request(ALICE_PHONE, vec![mutation(3, "todos", "t1", "upsert", json!({"title": "back"}))])).await.unwrap();
+    assert_eq!(statuses(&response), ["REJECTED:DELETE_WINS"], "an upsert never resurrects a deleted key");
+
+    // A device of the same user that never pulled it, and another user, are told nothing.
+    let response = db.push(&alice, push_request(ALICE_TABLET, vec![mutation(1, "todos", "t1", "upsert", json!({"title": "x"}))])).await.unwrap();
+    assert_eq!(statuses(&response), ["REJECTED:RLS_DENIED"]);
+    let response = db.push(&bob, push_request(BOB_PHONE, vec![
+        mutation(1, "todos", "t1", "patch", json!({"title": "x"})),
+        mutation(2, "todos", "t1", "upsert", json!({"title": "x"})),
+    ])).await.unwrap();
+    assert_eq!(statuses(&response), ["REJECTED:RLS_DENIED", "REJECTED:RLS_DENIED"]);
+    assert!(response["verdicts"].as_array().unwrap().iter().all(|v| v["server_row"].is_null()));
+    assert_eq!(db.one::<i64>("select count(*) from public.todos").await, 0);
+
+    // The tombstone reaches the phone, and not bob, who never could see the row.
+    let run = pull_run(db.client(), &alice, ALICE_PHONE, Some(&phone_run.checkpoint), &[&ab], 100).await.unwrap();
+    assert_eq!(run.entries.len(), 1);
+    assert_eq!(run.entries[0]["deleted"], true);
+    assert_eq!(run.entries[0]["pk"], "t1");
+    let bob_run = pull_run(db.client(), &bob, BOB_PHONE, Some(&phone_run.checkpoint), &[&ab], 100).await.unwrap();
+    assert!(bob_run.entries.is_empty());
+}
+
+#[tokio::test]
+async fn a_row_that_changes_bucket_leaves_the_old_one() {
+    let Some(db) = TestDb::with_todos().await else { return };
+    let (alice, bob) = (Caller::user(ALICE), Caller::user(BOB));
+    let (ab, bb) = (bucket(ALICE), bucket(BOB));
+    db.push(&alice, push_request(ALICE_PHONE, vec![mutation(1, "todos", "t1", "upsert", json!({"title": "gift"}))])).await.unwrap();
+    let a = pull_run(db.client(), &alice, ALICE_PHONE, None, &[&ab], 100).await.unwrap();
+    let b = pull_run(db.client(), &bob, BOB_PHONE, None, &[&bb], 100).await.unwrap();
+    // An admin hands the row to bob.
+    db.exec(&format!("update public.todos set owner = '{BOB}' where id = 't1'")).await;
+
+    let a2 = pull_run(db.client(), &alice, ALICE_PHONE, Some(&a.checkpoint), &[&ab], 100).await.unwrap();
+    assert_eq!(a2.entries.len(), 1);
+    assert_eq!((a2.entries[0]["pk"].clone(), a2.entries[0]["deleted"].clone()), (json!("t1"), json!(true)));
+    let b2 = pull_run(db.client(), &bob, BOB_PHONE, Some(&b.checkpoint), &[&bb], 100).await.unwrap();
+    assert_eq!(keys(&b2.entries), ["t1"]);
+    assert_eq!(b2.entries[0]["row"]["owner"], BOB);
+    assert_eq!(a2.horizon, b2.horizon);
+}

@@ -1,0 +1,296 @@
+//! A fresh PostgreSQL database per test, with the pack installed, and calls to the pack's entry
+//! points made exactly as the gateway makes them: one transaction, `SET LOCAL ROLE`, the JWT claims
+//! in `request.jwt.claims`, then `select public.kizuna_push($1::jsonb)`.
+//!
+//! `DATABASE_URL` must name an admin (superuser) connection to a running cluster; without it the
+//! tests print a message and pass vacuously. The database is dropped when the `TestDb` is dropped
+//! (best effort).
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use serde_json::{json, Value};
+use tokio_postgres::{Client, NoTls};
+
+// The pack's own installer, compiled in directly so that these tests always install the files in
+// server/sql/ (the same function the gateway calls at start as `kizuna_server::pack::install`).
+#[path = "../../src/pack.rs"]
+mod pack;
+
+pub struct TestDb {
+    url: String,
+    admin_url: String,
+    name: String,
+    client: Client,
+}
+
+/// Who makes a call: the role the gateway would `SET LOCAL ROLE` to and the token's claims.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub role: &'static str,
+    pub claims: Value,
+}
+
+impl Caller {
+    /// An `authenticated` user with this `sub`.
+    pub fn user(sub: &str) -> Caller {
+        Caller { role: "authenticated", claims: json!({"sub": sub, "role": "authenticated"}) }
+    }
+    pub fn anon() -> Caller {
+        Caller { role: "anon", claims: json!({"role": "anon"}) }
+    }
+    pub fn service() -> Caller {
+        Caller { role: "service_role", claims: json!({"role": "service_role"}) }
+    }
+}
+
+/// A refused call: the SQLSTATE (e.g. `KZP01`) and the message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SqlError {
+    pub code: String,
+    pub message: String,
+}
+
+impl TestDb {
+    /// A fresh database with the pack installed, or `None` (and a message) without `DATABASE_URL`.
+    pub async fn new() -> Option<TestDb> {
+        let Ok(admin_url) = std::env::var("DATABASE_URL") else {
+            eprintln!("DATABASE_URL is unset: skipping this database test");
+            return None;
+        };
+        let (admin, conn) = tokio_postgres::connect(&admin_url, NoTls).await.expect("connect DATABASE_URL");
+        let admin_task = tokio::spawn(conn);
+        let name = format!("kz_test_{}", uuid::Uuid::new_v4().simple());
+        admin.batch_execute(&format!("create database {name}")).await.expect("create test database");
+        drop(admin);
+        let _ = admin_task.await;
+        let url = with_database(&admin_url, &name);
+        let client = connect(&url).await;
+        pack::install(&client).await.expect("install the pack");
+        Some(TestDb { url, admin_url, name, client })
+    }
+
+    /// A fresh database with the pack and the example `todos` table.
+    pub async fn with_todos() -> Option<TestDb> {
+        let db = TestDb::new().await?;
+        db.exec(include_str!("../../sql/examples/todos.sql")).await;
+        Some(db)
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The admin connection to the test database.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Another admin connection (for concurrency tests).
+    pub async fn connect(&self) -> Client {
+        connect(&self.url).await
+    }
+
+    /// Runs SQL as the admin; panics on error.
+    pub async fn exec(&self, sql: &str) {
+        self.client.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {}", describe(&e)));
+    }
+
+    /// One value as the admin: `select <expr>`-style queries returning one jsonb/int/text column.
+    pub async fn one<T: for<'a> tokio_postgres::types::FromSql<'a>>(&self, sql: &str) -> T {
+        let row = self.client.query_one(sql, &[]).await.unwrap_or_else(|e| panic!("{sql}: {}", describe(&e)));
+        row.get(0)
+    }
+
+    pub async fn push(&self, caller: &Caller, request: Value) -> Result<Value, SqlError> {
+        call_as(&self.client, caller, "kizuna_push", request).await
+    }
+
+    pub async fn pull(&self, caller: &Caller, request: Value) -> Result<Value, SqlError> {
+        call_as(&self.client, caller, "kizuna_pull", request).await
+    }
+
+    /// Runs the pack's installer again (as the gateway does at every start).
+    pub async fn reinstall(&self) {
+        pack::install(&self.client).await.expect("reinstall the pack");
+    }
+
+    /// The pack's files, in the order the installer applies them.
+    pub fn pack_files() -> Vec<&'static str> {
+        pack::FILES.iter().map(|(name, _)| *name).collect()
+    }
+
+    /// `kizuna.status()` as the admin.
+    pub async fn status(&self) -> Value {
+        self.one("select kizuna.status()").await
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        // Best effort, on a thread of its own: Drop cannot await, and we may be inside a runtime.
+        let admin_url = self.admin_url.clone();
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            rt.block_on(async move {
+                if let Ok((admin, conn)) = tokio_postgres::connect(&admin_url, NoTls).await {
+                    let task = tokio::spawn(conn);
+                    let _ = admin.batch_execute(&format!("drop database if exists {name} with (force)")).await;
+                    drop(admin);
+                    let _ = task.await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+pub async fn connect(url: &str) -> Client {
+    let (client, conn) = tokio_postgres::connect(url, NoTls).await.expect("connect test database");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+fn with_database(admin_url: &str, name: &str) -> String {
+    let (base, query) = match admin_url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (admin_url, None),
+    };
+    let base = match base.rsplit_once('/') {
+        Some((head, _)) if head.contains("//") && head.len() > head.find("//").unwrap() + 2 => head,
+        _ => base,
+    };
+    match query {
+        Some(q) => format!("{base}/{name}?{q}"),
+        None => format!("{base}/{name}"),
+    }
+}
+
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => e.to_string(),
+    }
+}
+
+/// Calls `public.<function>(request)` as `caller`, in one transaction, exactly like the gateway.
+pub async fn call_as(client: &Client, caller: &Caller, function: &str, request: Value) -> Result<Value, SqlError> {
+    call_raw_as(client, caller, function, &request.to_string()).await
+}
+
+/// Like `call_as` with the request as raw text (for malformed JSON).
+pub async fn call_raw_as(client: &Client, caller: &Caller, function: &str, request: &str) -> Result<Value, SqlError> {
+    assert!(matches!(function, "kizuna_push" | "kizuna_pull"));
+    client.batch_execute("begin").await.expect("begin");
+    let result = async {
+        client.batch_execute(&format!("set local role {}", caller.role)).await?;
+        client
+            .execute("select set_config('request.jwt.claims', $1, true)", &[&caller.claims.to_string()])
+            .await?;
+        let row = client
+            .query_one(&format!("select public.{function}($1::text::jsonb)"), &[&request])
+            .await?;
+        Ok::<Value, tokio_postgres::Error>(row.get(0))
+    }
+    .await;
+    match result {
+        Ok(v) => {
+            client.batch_execute("commit").await.map_err(to_sql_error)?;
+            Ok(v)
+        }
+        Err(e) => {
+            let _ = client.batch_execute("rollback").await;
+            Err(to_sql_error(e))
+        }
+    }
+}
+
+fn to_sql_error(e: tokio_postgres::Error) -> SqlError {
+    match e.as_db_error() {
+        Some(db) => SqlError { code: db.code().code().to_string(), message: db.message().to_string() },
+        None => SqlError { code: "connection".into(), message: e.to_string() },
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Wire builders (PROTOCOL.md shapes).
+
+/// A mutation with a fresh id.
+pub fn mutation(client_seq: i64, table: &str, pk: &str, op: &str, columns: Value) -> Value {
+    let mut m = json!({
+        "id": uuid::Uuid::new_v4().to_string(), "client_seq": client_seq,
+        "table": table, "pk": pk, "op": op, "read_seq": 0,
+    });
+    if !columns.is_null() {
+        m["columns"] = columns;
+    }
+    m
+}
+
+pub fn push_request(client_id: &str, mutations: Vec<Value>) -> Value {
+    json!({"protocol": 1, "client_id": client_id, "mutations": mutations})
+}
+
+pub fn pull_request(client_id: &str, cursor: Option<&str>, buckets: &[&str], limit: u32) -> Value {
+    json!({"protocol": 1, "client_id": client_id, "cursor": cursor, "buckets": buckets, "limit": limit})
+}
+
+/// The statuses of a push response's verdicts, in order.
+pub fn statuses(response: &Value) -> Vec<String> {
+    response["verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .map(|v| match v["reason"].as_str() {
+            Some(reason) => format!("{}:{}", v["status"].as_str().unwrap(), reason),
+            None => v["status"].as_str().unwrap().to_string(),
+        })
+        .collect()
+}
+
+/// A completed pull run: every page's entries, the closing checkpoint and the run's horizon.
+pub struct Run {
+    pub entries: Vec<Value>,
+    pub checkpoint: String,
+    pub horizon: i64,
+    pub pages: usize,
+    pub conflicts: Vec<Value>,
+}
+
+/// Pulls pages from `cursor` until `done`, on `client` (one transaction per page).
+pub async fn pull_run(
+    client: &Client,
+    caller: &Caller,
+    client_id: &str,
+    cursor: Option<&str>,
+    buckets: &[&str],
+    limit: u32,
+) -> Result<Run, SqlError> {
+    let mut cursor = cursor.map(str::to_string);
+    let mut run = Run { entries: vec![], checkpoint: String::new(), horizon: -1, pages: 0, conflicts: vec![] };
+    loop {
+        let page = call_as(client, caller, "kizuna_pull", pull_request(client_id, cursor.as_deref(), buckets, limit)).await?;
+        run.pages += 1;
+        let entries = page["entries"].as_array().expect("entries").clone();
+        assert!(entries.len() <= limit as usize, "a page holds at most limit entries");
+        if run.horizon >= 0 {
+            assert_eq!(page["horizon"].as_i64(), Some(run.horizon), "a run keeps its horizon");
+        }
+        run.horizon = page["horizon"].as_i64().expect("horizon");
+        run.entries.extend(entries);
+        if let Some(c) = page["conflicts"].as_array() {
+            run.conflicts.extend(c.iter().cloned());
+        }
+        let next = page["cursor"].as_str().expect("cursor").to_string();
+        if page["lifecycle"].is_string() {
+            return Err(SqlError { code: "lifecycle".into(), message: page["lifecycle"].as_str().unwrap().into() });
+        }
+        if page["done"] == json!(true) {
+            run.checkpoint = next;
+            return Ok(run);
+        }
+        cursor = Some(next);
+    }
+}
