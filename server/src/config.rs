@@ -1,0 +1,87 @@
+//! Command line and environment: every flag has an environment variable and a documented default.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// The development secret. Anyone who reads this file can mint tokens for it, so the server warns
+/// loudly whenever it is in use.
+pub const DEV_JWT_SECRET: &str = "kizuna-dev-secret-change-me";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kizuna-server",
+    version,
+    about = "Kizuna's gateway: JWT check, one transaction per request, wake-ups and metrics in front of the SQL pack."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub config: Config,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the durable figures (`select kizuna.status()`) as pretty JSON and exit.
+    Status,
+}
+
+#[derive(Debug, Clone, Parser)]
+pub struct Config {
+    /// Address to listen on. Port 0 picks a free port; the ready line names the real one.
+    #[arg(long, env = "KIZUNA_LISTEN", default_value = "127.0.0.1:8787")]
+    pub listen: SocketAddr,
+
+    /// PostgreSQL connection URL, e.g. postgres://postgres@127.0.0.1:5432/postgres.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+
+    /// HS256 secret that signs access tokens (Supabase: the project's JWT secret). The default is a
+    /// public development secret: the server warns loudly while it is in use.
+    #[arg(long, env = "KIZUNA_JWT_SECRET", default_value = DEV_JWT_SECRET, hide_env_values = true)]
+    pub jwt_secret: String,
+
+    /// Folder served at `/` (the demo page); nothing is served there when absent.
+    #[arg(long, env = "KIZUNA_WWW")]
+    pub www: Option<PathBuf>,
+
+    /// Folder served at `/pkg/` (wasm-pack output); nothing is served there when absent.
+    #[arg(long, env = "KIZUNA_PKG")]
+    pub pkg: Option<PathBuf>,
+
+    /// Extra SQL file applied after the pack at start (repeatable; the variable takes a comma list).
+    #[arg(long = "init-sql", env = "KIZUNA_INIT_SQL", value_delimiter = ',')]
+    pub init_sql: Vec<PathBuf>,
+
+    /// Largest accepted request body in bytes; larger bodies get 413 KZG01.
+    #[arg(long, env = "KIZUNA_BODY_LIMIT", default_value_t = 1024 * 1024)]
+    pub body_limit: usize,
+
+    /// Seconds between `select kizuna.reap()` runs; 0 disables the reaper.
+    #[arg(long, env = "KIZUNA_REAP_INTERVAL", default_value_t = 60)]
+    pub reap_interval: u64,
+
+    /// Allowed CORS origins: `*` or a comma list of origins.
+    #[arg(long, env = "KIZUNA_CORS_ORIGIN", default_value = "*")]
+    pub cors_origin: String,
+
+    /// Demo only: enable `POST /kizuna/v1/dev-token`, which mints a token for any user id.
+    #[arg(long, env = "KIZUNA_DEV_TOKENS")]
+    pub dev_tokens: bool,
+
+    /// Largest number of pooled database connections.
+    #[arg(long, env = "KIZUNA_POOL_SIZE", default_value_t = 16)]
+    pub pool_size: usize,
+
+    /// Seconds to keep retrying the first database connection while the database comes up.
+    #[arg(long, env = "KIZUNA_CONNECT_TIMEOUT", default_value_t = 15)]
+    pub connect_timeout: u64,
+}
+
+impl Config {
+    pub fn uses_dev_secret(&self) -> bool {
+        self.jwt_secret == DEV_JWT_SECRET
+    }
+}

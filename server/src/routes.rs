@@ -1,0 +1,374 @@
+//! The HTTP surface of PROTOCOL.md: push and pull RPCs, the wake stream, metrics, health, the
+//! optional dev-token endpoint and static folders, behind one CORS layer.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::{stream, Stream, StreamExt};
+use kizuna_protocol::{PullRequest, PushRequest};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, watch};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::services::ServeDir;
+
+use crate::config::Config;
+use crate::db::{self, Rpc};
+use crate::errors::ApiError;
+use crate::jwt::{Claims, JwtKey, Role};
+use crate::metrics::Metrics;
+use crate::wake::Wake;
+
+/// Lifetime of a dev token, in seconds.
+const DEV_TOKEN_SECONDS: u64 = 3600;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: deadpool_postgres::Pool,
+    pub key: JwtKey,
+    pub metrics: Arc<Metrics>,
+    pub wake: Wake,
+    pub body_limit: usize,
+    /// Flips to true on SIGINT/SIGTERM so that open wake streams end and shutdown can complete.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+pub fn router(state: AppState, config: &Config) -> Router {
+    let mut api = Router::new()
+        .route("/rest/v1/rpc/kizuna_push", post(push))
+        .route("/rest/v1/rpc/kizuna_pull", post(pull))
+        .route("/kizuna/v1/wake", get(wake))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz));
+    if config.dev_tokens {
+        api = api.route("/kizuna/v1/dev-token", post(dev_token));
+    }
+    if let Some(pkg) = &config.pkg {
+        api = api.nest_service("/pkg", ServeDir::new(pkg));
+    }
+    let api = api.method_not_allowed_fallback(|| async {
+        let mut error = ApiError::not_found();
+        error.status = StatusCode::METHOD_NOT_ALLOWED;
+        error.body.message = "method not allowed on this endpoint".into();
+        error
+    });
+    let api = match &config.www {
+        Some(www) => api.fallback_service(ServeDir::new(www)),
+        None => api.fallback(|| async { ApiError::not_found() }),
+    };
+    api.with_state(state).layer(cors(&config.cors_origin))
+}
+
+fn cors(origins: &str) -> CorsLayer {
+    let allow_origin = if origins.trim() == "*" {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(
+            origins
+                .split(',')
+                .filter_map(|o| HeaderValue::from_str(o.trim()).ok()),
+        )
+    };
+    CorsLayer::new()
+        .allow_origin(allow_origin)
+        .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            HeaderName::from_static("apikey"),
+            HeaderName::from_static("x-client-info"),
+            // Sent by supabase-js / postgrest-js on RPC calls.
+            HeaderName::from_static("prefer"),
+            HeaderName::from_static("accept-profile"),
+            HeaderName::from_static("content-profile"),
+        ])
+        .max_age(Duration::from_secs(3600))
+}
+
+async fn push(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let result = rpc::<PushRequest>(&app, &headers, body, Rpc::Push).await;
+    answer(&app, result, |m, v| m.record_push(v))
+}
+
+async fn pull(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let result = rpc::<PullRequest>(&app, &headers, body, Rpc::Pull).await;
+    answer(&app, result, |m, v| m.record_pull(v))
+}
+
+/// Token, then body size, then JSON, then shape, then the database: every refusal before the
+/// database leaves it untouched.
+async fn rpc<T: DeserializeOwned>(
+    app: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    rpc: Rpc,
+) -> Result<Value, ApiError> {
+    let claims = authenticate(&app.key, bearer(headers))?;
+    let bytes = read_body(headers, body, app.body_limit).await?;
+    let request = request_of(&bytes)?;
+    check_shape::<T>(&request)?;
+    db::call(&app.pool, rpc, &claims, &request).await
+}
+
+fn answer(
+    app: &AppState,
+    result: Result<Value, ApiError>,
+    record: impl Fn(&Metrics, &Value),
+) -> Response {
+    match result {
+        Ok(value) => {
+            record(&app.metrics, &value);
+            Json(value).into_response()
+        }
+        Err(error) => {
+            app.metrics.record_error(error.code());
+            if error.status.is_server_error() {
+                eprintln!(
+                    "kizuna-server: {} {}: {}",
+                    error.status.as_u16(),
+                    error.code(),
+                    error.body.message
+                );
+            }
+            error.into_response()
+        }
+    }
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+fn authenticate(key: &JwtKey, token: Option<&str>) -> Result<Claims, ApiError> {
+    let token = token
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| ApiError::unauthorized(crate::jwt::JwtError::Missing))?;
+    key.verify(token).map_err(ApiError::unauthorized)
+}
+
+/// Reads the body up to `limit` bytes; a declared or actual length over it is 413 KZG01.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Err(ApiError::body_too_large(limit));
+    }
+    let mut chunks = body.into_data_stream();
+    let mut buffer = Vec::new();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk
+            .map_err(|e| ApiError::bad_json(format!("could not read the request body: {e}")))?;
+        if buffer.len() + chunk.len() > limit {
+            return Err(ApiError::body_too_large(limit));
+        }
+        buffer.extend_from_slice(&chunk);
+    }
+    Ok(buffer.into())
+}
+
+/// The PostgREST RPC body: a JSON object whose `request` field is the function's argument.
+fn request_of(bytes: &[u8]) -> Result<Value, ApiError> {
+    let body: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_json(format!("request body is not valid JSON: {e}")))?;
+    match body {
+        Value::Object(mut fields) => fields.remove("request").ok_or_else(|| {
+            ApiError::bad_json("request body must be a JSON object with a \"request\" field")
+        }),
+        _ => Err(ApiError::bad_json(
+            "request body must be a JSON object with a \"request\" field",
+        )),
+    }
+}
+
+/// Rejects a request of the wrong shape before it reaches the database, naming the field. The
+/// original JSON, not a re-serialisation, is what the pack receives.
+fn check_shape<T: DeserializeOwned>(request: &Value) -> Result<(), ApiError> {
+    serde_path_to_error::deserialize::<_, T>(request)
+        .map(drop)
+        .map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path == "." {
+                "request".to_owned()
+            } else {
+                format!("request.{path}")
+            };
+            ApiError::malformed(format!("malformed request at {field}: {}", e.inner()))
+        })
+}
+
+#[derive(Deserialize)]
+struct WakeQuery {
+    access_token: Option<String>,
+}
+
+/// Server-Sent Events. EventSource cannot send headers, so the token may come as `?access_token=`.
+async fn wake(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<WakeQuery>, QueryRejection>,
+) -> Response {
+    // An unreadable query string is treated as carrying no token.
+    let query_token = query.ok().and_then(|Query(q)| q.access_token);
+    let token = bearer(&headers).or(query_token.as_deref());
+    if let Err(error) = authenticate(&app.key, token) {
+        app.metrics.record_error(error.code());
+        return error.into_response();
+    }
+    // Subscribing before answering means every commit after the response headers is seen.
+    let receiver = app.wake.subscribe();
+    Sse::new(wake_events(
+        receiver,
+        app.shutdown.clone(),
+        app.metrics.clone(),
+    ))
+    .keep_alive(
+        KeepAlive::new()
+            .interval(Duration::from_secs(15))
+            .text("keep-alive"),
+    )
+    .into_response()
+}
+
+fn wake_events(
+    receiver: broadcast::Receiver<i64>,
+    shutdown: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    /// Counts the stream as open for as long as it lives, however it ends.
+    struct Open(Arc<Metrics>);
+    impl Drop for Open {
+        fn drop(&mut self) {
+            self.0.wake_client_gone();
+        }
+    }
+    metrics.wake_client_connected();
+    let open = Open(metrics);
+    stream::unfold(
+        (receiver, shutdown, open),
+        |(mut receiver, mut shutdown, open)| async move {
+            loop {
+                if *shutdown.borrow() {
+                    return None;
+                }
+                let horizon = tokio::select! {
+                    _ = shutdown.changed() => return None,
+                    received = receiver.recv() => match received {
+                        Ok(horizon) => horizon,
+                        // Missed some: the newest still waiting says all a client needs.
+                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    },
+                };
+                let event = Event::default()
+                    .event("wake")
+                    .data(json!({ "horizon": horizon }).to_string());
+                return Some((Ok(event), (receiver, shutdown, open)));
+            }
+        },
+    )
+}
+
+async fn metrics(State(app): State<AppState>) -> Response {
+    let status = match app.pool.get().await {
+        Ok(client) => db::status(&client).await.ok(),
+        Err(_) => None,
+    };
+    let text = app.metrics.render(status.as_ref());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+async fn healthz(State(app): State<AppState>) -> Response {
+    if db::healthy(&app.pool).await {
+        (StatusCode::OK, "ok").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "unavailable").into_response()
+    }
+}
+
+#[derive(Deserialize)]
+struct DevTokenRequest {
+    sub: uuid::Uuid,
+    #[serde(default)]
+    role: Option<String>,
+}
+
+/// Demo only (`--dev-tokens`): a one-hour token for any user id (role authenticated or anon), so
+/// the demo page needs no auth service.
+async fn dev_token(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let result = async {
+        let bytes = read_body(&headers, body, app.body_limit).await?;
+        let request: DevTokenRequest = serde_json::from_slice(&bytes).map_err(|e| {
+            ApiError::bad_json(format!("expected {{\"sub\": uuid, \"role\"?: text}}: {e}"))
+        })?;
+        let role = request.role.as_deref().unwrap_or("authenticated");
+        // Never service_role: even a demo must not hand out a key that bypasses RLS.
+        let role = Role::parse(role)
+            .filter(|r| *r != Role::ServiceRole)
+            .ok_or_else(|| ApiError::bad_json("role must be authenticated or anon"))?;
+        let claims = json!({
+            "sub": request.sub.to_string(),
+            "role": role.as_str(),
+            "aud": "authenticated",
+            "iat": crate::jwt::unix_now(),
+            "exp": crate::jwt::unix_now() + DEV_TOKEN_SECONDS,
+        });
+        Ok::<_, ApiError>(
+            json!({ "token": app.key.mint(&claims), "expires_in": DEV_TOKEN_SECONDS }),
+        )
+    }
+    .await;
+    match result {
+        Ok(value) => Json(value).into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wrong_type_names_the_field() {
+        let request = json!({"protocol": 1, "client_id": "00000000-0000-0000-0000-000000000001",
+            "mutations": [{"id": "00000000-0000-0000-0000-000000000002", "client_seq": "one",
+                           "table": "t", "pk": "1", "op": "upsert", "read_seq": 0}]});
+        let error = check_shape::<PushRequest>(&request).unwrap_err();
+        assert_eq!(error.code(), "KZP01");
+        assert!(
+            error
+                .body
+                .message
+                .contains("request.mutations[0].client_seq"),
+            "{}",
+            error.body.message
+        );
+    }
+
+    #[test]
+    fn the_body_must_wrap_the_request() {
+        assert_eq!(request_of(b"{").unwrap_err().code(), "KZG02");
+        assert_eq!(request_of(b"[]").unwrap_err().code(), "KZG02");
+        assert_eq!(request_of(br#"{"req": 1}"#).unwrap_err().code(), "KZG02");
+        assert_eq!(request_of(br#"{"request": 1}"#).unwrap(), json!(1));
+    }
+}
