@@ -8,7 +8,7 @@ source scripts/lib.sh
 wasm-pack build --release --target web --out-dir pkg
 cargo build -p kizuna-server
 ensure_database demo
-url=$(start_gateway --www www --pkg pkg --dev-tokens --init-sql server/sql/examples/todos.sql)
+start_gateway --www www --pkg pkg --dev-tokens --init-sql server/sql/examples/todos.sql
 echo
-echo "Kizuna demo running at $url  (open it in two windows; Ctrl-C stops everything)"
+echo "Kizuna demo running at $gateway_url  (open it in two windows; Ctrl-C stops everything)"
 wait "${started_pids[@]}"

@@ -34,7 +34,8 @@ fresh_database() {
   echo "${DATABASE_URL%/*}/$1"
 }
 
-# Starts kizuna-server with the given flags, waits until /healthz answers, prints its URL.
+# Starts kizuna-server with the given flags and waits until /healthz answers; sets gateway_url.
+# Not to be called inside $(...): the pid must be recorded in this shell for cleanup to stop it.
 start_gateway() {
   local port log
   port=$(free_port)
@@ -43,7 +44,7 @@ start_gateway() {
   started_pids+=($!)
   for _ in $(seq 1 300); do
     if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/healthz', timeout=1)" 2>/dev/null; then
-      echo "http://127.0.0.1:$port"
+      gateway_url="http://127.0.0.1:$port"
       return 0
     fi
     sleep 0.1

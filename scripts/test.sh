@@ -13,8 +13,8 @@ cargo test -p kizuna-protocol -p kizuna-engine -p kizuna-server
 echo "== browser tests (headless Chromium, real gateway, real PostgreSQL)"
 secret="kizuna-browser-test-secret"
 browser_db=$(fresh_database kizuna_browser)
-url=$(DATABASE_URL="$browser_db" start_gateway --jwt-secret "$secret" --reap-interval 0 \
-  --init-sql server/sql/examples/todos.sql)
+DATABASE_URL="$browser_db" start_gateway --jwt-secret "$secret" --reap-interval 0 \
+  --init-sql server/sql/examples/todos.sql
 psql "$browser_db" -qf tests/fixtures/bulk.sql
-KIZUNA_TEST_URL="$url" KIZUNA_TEST_JWT_SECRET="$secret" CHROMEDRIVER=/usr/bin/chromedriver \
+KIZUNA_TEST_URL="$gateway_url" KIZUNA_TEST_JWT_SECRET="$secret" CHROMEDRIVER=/usr/bin/chromedriver \
   WASM_BINDGEN_TEST_TIMEOUT=600 wasm-pack test --headless --chrome -- --test browser

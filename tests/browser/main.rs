@@ -7,4 +7,6 @@ use wasm_bindgen_test::wasm_bindgen_test_configure;
 wasm_bindgen_test_configure!(run_in_browser);
 
 mod support;
+mod pull_side;
+mod push_side;
 mod walking_skeleton;

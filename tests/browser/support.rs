@@ -130,11 +130,12 @@ pub fn faulty_fetch(decide: impl Fn(&str, u32) -> Fault + 'static) -> Function {
             Fault::Pass => real.call2(&global, &url, &init).unwrap().unchecked_into(),
             Fault::Refuse => Promise::reject(&js_sys::TypeError::new("Failed to fetch (refused by the test)").into()),
             Fault::LoseAnswer => {
-                let sent: Promise = real.call2(&global, &url, &init).unwrap().unchecked_into();
-                let lose = Closure::once_into_js(|_r: JsValue| -> Result<JsValue, JsValue> {
-                    Err(js_sys::TypeError::new("Failed to fetch (answer lost by the test)").into())
-                });
-                sent.then(&lose.unchecked_into())
+                let sent = real.call2(&global, &url, &init).unwrap();
+                let lose = Function::new_with_args(
+                    "sent",
+                    "return sent.then(() => { throw new TypeError('Failed to fetch (answer lost by the test)'); })",
+                );
+                lose.call1(&JsValue::NULL, &sent).unwrap().unchecked_into()
             }
         }
     });

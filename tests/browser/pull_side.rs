@@ -1,0 +1,172 @@
+//! Pulls against the real server: staged runs commit at once or not at all, pending edits are
+//! rebased over each checkpoint, the cursor never moves back, and a large first sync reports progress.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use js_sys::Reflect;
+use serde_json::json;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_test::wasm_bindgen_test;
+
+use crate::support::*;
+
+async fn write_rows(user: &str, count: usize) -> Vec<String> {
+    let writer = open(&options(&format!("writer-{}", random_id()), user)).await;
+    let ids: Vec<String> = (0..count).map(|_| random_id()).collect();
+    for (i, id) in ids.iter().enumerate() {
+        ok(writer.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": format!("row {i}"), "position": i})), JsValue::UNDEFINED)).await;
+    }
+    ok(writer.sync()).await;
+    writer.close();
+    ids
+}
+
+#[wasm_bindgen_test]
+async fn a_run_cut_off_after_page_two_leaves_store_and_cursor_as_they_were() {
+    let user = random_id();
+    write_rows(&user, 3).await;
+    let opts = options(&format!("cut-{}", random_id()), &user);
+    set(&opts, "pullLimit", json!(2));
+    let pulls = Rc::new(Cell::new(0u32));
+    let cut = Rc::new(Cell::new(false));
+    let (p, c) = (pulls.clone(), cut.clone());
+    let fetch = faulty_fetch(move |url, _| {
+        if !url.ends_with("kizuna_pull") {
+            return Fault::Pass;
+        }
+        p.set(p.get() + 1);
+        if c.get() && p.get() == 3 { Fault::Refuse } else { Fault::Pass }
+    });
+    Reflect::set(&opts, &"fetch".into(), &fetch).unwrap();
+    let reader = open(&opts).await;
+    ok(reader.pull()).await;
+    let before_rows = ok(reader.list("todos".into())).await;
+    let before = from_js(reader.get_checkpoint());
+    assert_eq!(before_rows.as_array().unwrap().len(), 3);
+
+    write_rows(&user, 7).await;
+    pulls.set(0);
+    cut.set(true);
+    let err = call(reader.pull()).await.expect_err("the third page never arrives");
+    assert_eq!(error_code(&err), "NETWORK");
+    assert_eq!(ok(reader.list("todos".into())).await, before_rows, "no row of the cut run is visible");
+    assert_eq!(from_js(reader.get_checkpoint()), before, "the cursor did not move");
+
+    ok(reader.pull()).await;
+    assert_eq!(ok(reader.list("todos".into())).await.as_array().unwrap().len(), 10, "the next run starts over and completes");
+    assert!(from_js(reader.get_checkpoint())["horizon"].as_i64() > before["horizon"].as_i64());
+    reader.close();
+}
+
+#[wasm_bindgen_test]
+async fn a_closing_page_of_exactly_limit_entries_commits() {
+    let user = random_id();
+    write_rows(&user, 4).await;
+    let opts = options(&format!("exact-{}", random_id()), &user);
+    set(&opts, "pullLimit", json!(2));
+    let reader = open(&opts).await;
+    let progress = record(&reader, "pullProgress");
+    let checkpoints = record(&reader, "checkpoint");
+    ok(reader.pull()).await;
+    assert_eq!(ok(reader.list("todos".into())).await.as_array().unwrap().len(), 4);
+    assert_eq!(checkpoints.length(), 1, "one run, one commit");
+    assert!(progress.length() >= 1, "the first page was staged before the closing one");
+    let horizon = from_js(reader.get_checkpoint())["horizon"].as_i64().unwrap();
+    ok(reader.pull()).await;
+    assert!(from_js(reader.get_checkpoint())["horizon"].as_i64().unwrap() >= horizon);
+    reader.close();
+}
+
+#[wasm_bindgen_test]
+async fn a_pending_edit_survives_a_checkpoint_that_changes_another_column() {
+    let user = random_id();
+    let id = random_id();
+    let a = open(&options(&format!("rebase-a-{}", random_id()), &user)).await;
+    let b = open(&options(&format!("rebase-b-{}", random_id()), &user)).await;
+    ok(a.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": "plain", "done": false})), JsValue::UNDEFINED)).await;
+    ok(a.sync()).await;
+    ok(b.sync()).await;
+    ok(b.patch("todos".into(), id.clone(), to_js(&json!({"done": true})), JsValue::UNDEFINED)).await;
+    ok(b.sync()).await;
+
+    ok(a.patch("todos".into(), id.clone(), to_js(&json!({"title": "mine"})), JsValue::UNDEFINED)).await;
+    ok(a.pull()).await;
+    let row = ok(a.get("todos".into(), id.clone())).await;
+    assert_eq!(row["title"], "mine", "the unsent edit stays on screen: {row}");
+    assert_eq!(row["done"], true, "the remote column appears underneath it: {row}");
+    assert_eq!(from_js(a.pending_writes()).as_array().unwrap().len(), 1);
+
+    ok(a.sync()).await;
+    let server = server_view(&user, "todos", &id).await;
+    assert_eq!((server["title"].clone(), server["done"].clone()), (json!("mine"), json!(true)), "both survive: {server}");
+    a.close();
+    b.close();
+}
+
+#[wasm_bindgen_test]
+async fn the_cursor_never_moves_back_over_random_writes_and_pulls() {
+    let user = random_id();
+    let writer = open(&options(&format!("rand-w-{}", random_id()), &user)).await;
+    let opts = options(&format!("rand-r-{}", random_id()), &user);
+    set(&opts, "pullLimit", json!(3));
+    let reader = open(&opts).await;
+    let mut written = 0;
+    let mut last = -1i64;
+    for step in 0..24 {
+        if js_sys::Math::random() < 0.5 {
+            let n = 1 + (js_sys::Math::random() * 4.0) as usize;
+            for _ in 0..n {
+                let id = random_id();
+                ok(writer.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": "r"})), JsValue::UNDEFINED)).await;
+                written += 1;
+            }
+            ok(writer.sync()).await;
+        } else {
+            ok(reader.pull()).await;
+        }
+        let horizon = from_js(reader.get_checkpoint())["horizon"].as_i64().unwrap();
+        assert!(horizon >= last, "step {step}: horizon went from {last} back to {horizon}");
+        last = horizon;
+    }
+    ok(reader.pull()).await;
+    assert_eq!(ok(reader.list("todos".into())).await.as_array().unwrap().len(), written);
+    writer.close();
+    reader.close();
+}
+
+#[wasm_bindgen_test]
+async fn a_hundred_thousand_row_first_sync_reports_progress_and_keeps_the_store_readable() {
+    let opts = options(&format!("bulk-{}", random_id()), BULK_USER);
+    set(&opts, "pullLimit", json!(5000));
+    let client = Rc::new(open(&opts).await);
+    let progress = record(&client, "pullProgress");
+    // A read made while pages arrive must finish before the run does: no transaction is held
+    // open across the network waits between pages.
+    let order = js_sys::Array::new();
+    let asked = Rc::new(Cell::new(false));
+    let (order_in, asked_in, reader) = (order.clone(), asked.clone(), client.clone());
+    let on_progress = Closure::<dyn Fn(JsValue)>::new(move |_| {
+        if asked_in.replace(true) {
+            return;
+        }
+        let order = order_in.clone();
+        let done = Closure::once(move |_: JsValue| {
+            order.push(&"read".into());
+        });
+        let _ = reader.get("todos".into(), "bulk-000001".into()).then(&done);
+        done.forget();
+    });
+    client.on("pullProgress".into(), on_progress.into_js_value().unchecked_into()).unwrap();
+
+    ok(client.pull()).await;
+    order.push(&"run".into());
+    assert_eq!(from_js(order.into()), json!(["read", "run"]), "the read finished while the run was still going");
+    assert!(progress.length() >= 19, "progress was reported page by page: {}", progress.length());
+    let last = from_js(progress.get(progress.length() - 1));
+    assert!(last["entries"].as_u64().unwrap() >= 95_000, "{last}");
+    let rows = ok(client.query("todos".into(), to_js(&json!({"bucket": format!("user:{BULK_USER}")})))).await;
+    assert_eq!(rows.as_array().unwrap().len(), 100_000);
+    client.close();
+}

@@ -1,0 +1,109 @@
+//! The outbox against the real server: a lost acknowledgement, a refusal, a poisoned write,
+//! and reloads in the middle of them.
+
+use js_sys::Reflect;
+use serde_json::json;
+use wasm_bindgen::JsValue;
+use wasm_bindgen_test::wasm_bindgen_test;
+
+use crate::support::*;
+
+#[wasm_bindgen_test]
+async fn a_lost_acknowledgement_followed_by_a_retry_has_one_effect() {
+    let user = random_id();
+    let id = random_id();
+    let opts = options(&format!("lost-ack-{}", random_id()), &user);
+    // The server commits the first push, but its answer never arrives.
+    let fetch = faulty_fetch(|url, n| if url.ends_with("kizuna_push") && n == 1 { Fault::LoseAnswer } else { Fault::Pass });
+    Reflect::set(&opts, &"fetch".into(), &fetch).unwrap();
+    let client = open(&opts).await;
+    let applied = record(&client, "applied");
+
+    ok(client.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": "once"})), JsValue::UNDEFINED)).await;
+    let lost = call(client.sync()).await.expect_err("the lost answer fails the sync");
+    assert_eq!(error_code(&lost), "NETWORK");
+    assert_eq!(from_js(client.pending_writes()).as_array().unwrap().len(), 1, "the write is still pending");
+    assert_eq!(ok(client.get("todos".into(), id.clone())).await["title"], "once", "and still visible");
+
+    sleep(40).await;
+    let report = ok(client.sync()).await;
+    assert_eq!(report["pushes"], 1, "{report}");
+    assert_eq!(from_js(client.pending_writes()), json!([]));
+    assert_eq!(applied.length(), 1, "one acknowledgement reached the app");
+    let seq = from_js(applied.get(0))["seq"].as_i64().expect("the verdict names its commit");
+    let horizon = from_js(client.get_checkpoint())["horizon"].as_i64().unwrap();
+    assert_eq!(horizon, seq, "the retry committed nothing new: the replayed verdict is the first commit");
+    assert_eq!(server_view(&user, "todos", &id).await["title"], "once");
+    client.close();
+}
+
+#[wasm_bindgen_test]
+async fn a_refused_write_restores_the_server_row_and_says_why() {
+    let user = random_id();
+    let id = random_id();
+    let client = open(&options(&format!("refused-{}", random_id()), &user)).await;
+    let rejected = record(&client, "rejected");
+    ok(client.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": "short"})), JsValue::UNDEFINED)).await;
+    ok(client.sync()).await;
+
+    let long_title = "x".repeat(300);
+    ok(client.patch("todos".into(), id.clone(), to_js(&json!({"title": long_title})), JsValue::UNDEFINED)).await;
+    assert_eq!(ok(client.get("todos".into(), id.clone())).await["title"], long_title.as_str(), "optimistic at first");
+    ok(client.sync()).await;
+
+    assert_eq!(rejected.length(), 1);
+    let event = from_js(rejected.get(0));
+    assert_eq!(event["reason"], "VALIDATION_FAILED", "{event}");
+    assert_eq!(event["serverRow"]["title"], "short");
+    assert_eq!(event["mutation"]["pk"], id.as_str());
+    assert_eq!(ok(client.get("todos".into(), id.clone())).await["title"], "short", "the server's row is back");
+    assert_eq!(from_js(client.status())["rejected"], 1);
+    assert_eq!(from_js(client.pending_writes()), json!([]));
+    client.close();
+}
+
+#[wasm_bindgen_test]
+async fn a_poisoned_write_is_dead_lettered_after_five_tries_while_the_writes_behind_it_land() {
+    let user = random_id();
+    let name = format!("poison-{}", random_id());
+    let poison = random_id();
+    let good: Vec<String> = (0..3).map(|_| random_id()).collect();
+    let mut client = open(&options(&name, &user)).await;
+    // Larger than the pack's max_row_bytes: the server refuses the request with KZP04, every time.
+    let note = "x".repeat(70_000);
+    ok(client.put("todos".into(), poison.clone(), to_js(&json!({"id": poison, "note": note})), JsValue::UNDEFINED)).await;
+    for id in &good {
+        ok(client.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": "fine"})), JsValue::UNDEFINED)).await;
+    }
+
+    let mut dead_events = record(&client, "deadLetter");
+    let mut rounds = 0;
+    while from_js(client.dead_letters()).as_array().unwrap().is_empty() {
+        rounds += 1;
+        assert!(rounds < 60, "the poisoned write was never dead-lettered");
+        let report = ok(client.sync()).await;
+        if report["pushError"].is_object() {
+            assert_eq!(report["pushError"]["code"], "KZP04", "{report}");
+        }
+        if rounds == 2 {
+            // A reload in the middle: the budget already used and the queue survive it.
+            client.close();
+            client = open(&options(&name, &user)).await;
+            dead_events = record(&client, "deadLetter");
+        }
+        sleep(25).await;
+    }
+    let dead = from_js(client.dead_letters());
+    assert_eq!(dead[0]["entry"]["pk"], poison.as_str(), "{dead}");
+    assert_eq!(dead[0]["entry"]["permanent_failures"], 5, "{dead}");
+    assert_eq!(dead_events.length(), 1, "the dead letter was announced");
+    assert_eq!(ok(client.get("todos".into(), poison.clone())).await, json!(null), "its local effect is undone");
+
+    ok(client.sync()).await;
+    assert_eq!(from_js(client.pending_writes()), json!([]), "the rest of the queue moved on");
+    for id in &good {
+        assert_eq!(server_view(&user, "todos", id).await["title"], "fine", "write {id} landed");
+    }
+    assert_eq!(server_view(&user, "todos", &poison).await, json!(null));
+    client.close();
+}
