@@ -244,6 +244,7 @@ impl KizunaClient {
         });
         let scheduler = Rc::new(Scheduler::default());
         if plain.auto_sync.unwrap_or(true) {
+            scheduler.enabled.set(true);
             scheduler::watch_connectivity(&inner, &scheduler);
             if plain.realtime_wakeups.unwrap_or(true) {
                 scheduler::open_wake_stream(&inner, &scheduler);

@@ -18,6 +18,8 @@ const WAKE_RECONNECT_MS: i32 = 5_000;
 
 #[derive(Default)]
 pub struct Scheduler {
+    /// `autoSync`: when false no timer is ever armed and only explicit calls talk to the server.
+    pub enabled: std::cell::Cell<bool>,
     timer: RefCell<Option<(JsValue, Closure<dyn FnMut()>)>>,
     wake: RefCell<Option<(EventSource, Closure<dyn FnMut(web_sys::Event)>, Closure<dyn FnMut(web_sys::Event)>)>>,
     online: RefCell<Option<(Closure<dyn FnMut(web_sys::Event)>, Closure<dyn FnMut(web_sys::Event)>)>>,
@@ -29,7 +31,7 @@ fn global_fn(name: &str) -> Option<Function> {
 
 /// Arms the timer for the engine's next wake time (or now). Replaces any timer already armed.
 pub fn arm(inner: &Rc<Inner>, scheduler: &Rc<Scheduler>) {
-    if inner.closed.get() {
+    if inner.closed.get() || !scheduler.enabled.get() {
         return;
     }
     let t = now();
