@@ -7,7 +7,11 @@
 --   tombstones older than tombstone_retention; the low watermark rises to the highest pruned
 --     tombstone's seq, and a run starting from a checkpoint below it gets CHECKPOINT_EXPIRED;
 --   conflict-journal entries older than journal_retention.
-create or replace function kizuna.reap() returns jsonb
+-- The optional arguments override the settings' retention for this one run (an operator reaping
+-- now, a test forcing expiry); null keeps the setting.
+drop function if exists kizuna.reap();
+create or replace function kizuna.reap(tombstone_retention interval default null,
+                                       ledger_retention interval default null) returns jsonb
 language plpgsql security definer set search_path = pg_catalog as $$
 declare
   cfg kizuna.settings;
@@ -19,6 +23,8 @@ declare
 begin
   perform pg_advisory_xact_lock(kizuna.fence_lock_key());
   select * into cfg from kizuna.settings;
+  cfg.tombstone_retention := coalesce(reap.tombstone_retention, cfg.tombstone_retention);
+  cfg.ledger_retention := coalesce(reap.ledger_retention, cfg.ledger_retention);
 
   with gone as (
     delete from kizuna.ledger where created_at <= now() - cfg.ledger_retention and verdict is not null
@@ -94,7 +100,7 @@ revoke execute on function
   kizuna.register_table(regclass, text, text, integer, boolean, regprocedure, name, text),
   kizuna.unregister_table(regclass),
   kizuna.compile_table(text),
-  kizuna.reap(),
+  kizuna.reap(interval, interval),
   kizuna.status(),
   kizuna.new_epoch(),
   kizuna.fence(),

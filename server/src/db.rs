@@ -12,11 +12,13 @@ use tokio_postgres::NoTls;
 use crate::errors::{is_retryable_sqlstate, ApiError};
 use crate::jwt::Claims;
 
-/// The pack's two entry points. The SQL text is fixed here: nothing from a request is spliced in.
+/// The pack's entry points. The SQL text is fixed here: nothing from a request is spliced in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rpc {
     Push,
     Pull,
+    /// The operator's RPC; the pack grants it to service_role only.
+    Admin,
 }
 
 impl Rpc {
@@ -24,6 +26,7 @@ impl Rpc {
         match self {
             Rpc::Push => "select public.kizuna_push($1::jsonb)",
             Rpc::Pull => "select public.kizuna_pull($1::jsonb)",
+            Rpc::Admin => "select public.kizuna_admin($1::jsonb)",
         }
     }
 }

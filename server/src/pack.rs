@@ -13,6 +13,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("005_push.sql", include_str!("../sql/005_push.sql")),
     ("006_pull.sql", include_str!("../sql/006_pull.sql")),
     ("007_admin.sql", include_str!("../sql/007_admin.sql")),
+    ("008_operator.sql", include_str!("../sql/008_operator.sql")),
 ];
 
 /// The example synced table used by the demo and the browser tests (not part of the pack).

@@ -47,6 +47,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
     let mut api = Router::new()
         .route("/rest/v1/rpc/kizuna_push", post(push))
         .route("/rest/v1/rpc/kizuna_pull", post(pull))
+        .route("/rest/v1/rpc/kizuna_admin", post(admin))
         .route("/kizuna/v1/wake", get(wake))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz));
@@ -103,6 +104,11 @@ async fn push(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Re
 async fn pull(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let result = rpc::<PullRequest>(&app, &headers, body, Rpc::Pull).await;
     answer(&app, result, |m, v| m.record_pull(v))
+}
+
+async fn admin(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let result = rpc::<serde_json::Map<String, Value>>(&app, &headers, body, Rpc::Admin).await;
+    answer(&app, result, |_, _| {})
 }
 
 /// Token, then body size, then JSON, then shape, then the database: every refusal before the

@@ -37,6 +37,27 @@ fn pull_request(cursor: Value) -> Value {
     json!({"protocol": 1, "client_id": "cccccccc-cccc-4ccc-8ccc-cccccccccccc", "cursor": cursor, "buckets": [format!("user:{ALICE}")], "limit": 100})
 }
 
+/// `kizuna_admin` is service_role's: an ordinary user is refused (403, nothing reaped); the
+/// operator reaps now, and a bad argument is a coded error.
+async fn only_the_operator_may_reap(server: &TestServer) {
+    let reap = json!({"action": "reap", "tombstone_retention_seconds": 0});
+    let (code, body) = server.rpc("kizuna_admin", Some(&server.token(ALICE)), &reap).await;
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(body["code"], "42501");
+
+    let operator = server.token_with_role(ALICE, "service_role");
+    let (code, body) = server.rpc("kizuna_admin", Some(&operator), &reap).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body["low_watermark"].is_i64(), "{body}");
+    let (code, body) = server.rpc("kizuna_admin", Some(&operator), &json!({"action": "status"})).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body["horizon"].is_i64(), "{body}");
+    let (code, body) = server.rpc("kizuna_admin", Some(&operator), &json!({"action": "reap", "tombstone_retention_seconds": -1})).await;
+    assert_eq!((code, body["code"].as_str()), (400, Some("KZP01")), "{body}");
+    let (code, body) = server.rpc("kizuna_admin", Some(&operator), &json!({"action": "drop everything"})).await;
+    assert_eq!((code, body["code"].as_str()), (400, Some("KZP01")), "{body}");
+}
+
 async fn runs_as_the_caller(server: &TestServer) {
     let bob = server.token(BOB);
     let bob_client = "eeeeeeee-eeee-4eee-8eee-eeeeeeeeeeee";
@@ -202,6 +223,7 @@ async fn push_pull_wake_metrics_cors_static_status_through_the_real_binary() {
 
     // Each request runs as its caller: Bob neither sees nor overwrites Alice's row.
     runs_as_the_caller(&server).await;
+    only_the_operator_may_reap(&server).await;
 
     // The counters moved, and the durable figures are there.
     let metrics = server

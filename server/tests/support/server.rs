@@ -123,9 +123,14 @@ impl TestServer {
 
     /// A valid token for `sub` (role authenticated, one hour).
     pub fn token(&self, sub: &str) -> String {
+        self.token_with_role(sub, "authenticated")
+    }
+
+    /// A valid token for `sub` with `role`, one hour.
+    pub fn token_with_role(&self, sub: &str, role: &str) -> String {
         sign(
             &json!({"alg": "HS256", "typ": "JWT"}),
-            &json!({"sub": sub, "role": "authenticated", "exp": now() + 3600}),
+            &json!({"sub": sub, "role": role, "exp": now() + 3600}),
             SECRET,
         )
     }
