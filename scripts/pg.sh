@@ -25,9 +25,10 @@ start)
   where=$(cluster_dir)
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   runuser -u postgres -- "$PGBIN/initdb" -D "$where/data" -A trust -U postgres --no-sync >/dev/null
-  # fsync off: a throwaway cluster trades durability it does not need for speed.
+  # fsync off by default: a throwaway cluster trades durability it does not need for speed.
+  # Benchmarks of commit cost set KIZUNA_PG_FSYNC=on.
   runuser -u postgres -- "$PGBIN/pg_ctl" -D "$where/data" -w -l "$where/log" \
-    -o "-p $port -k '' -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null
+    -o "-p $port -k '' -c listen_addresses=127.0.0.1 -c fsync=${KIZUNA_PG_FSYNC:-off} -c max_connections=200" start >/dev/null
   echo "postgres://postgres@127.0.0.1:$port/postgres"
   ;;
 stop)

@@ -5,7 +5,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use js_sys::Reflect;
-use serde_json::json;
+use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::wasm_bindgen_test;
@@ -134,6 +134,43 @@ async fn the_cursor_never_moves_back_over_random_writes_and_pulls() {
     assert_eq!(ok(reader.list("todos".into())).await.as_array().unwrap().len(), written);
     writer.close();
     reader.close();
+}
+
+#[wasm_bindgen_test]
+async fn an_expired_checkpoint_is_rehydrated_with_the_outbox_intact() {
+    let user = random_id();
+    let ids = write_rows(&user, 3).await;
+    let client = open(&options(&format!("expire-{}", random_id()), &user)).await;
+    let expired = record(&client, "checkpointExpired");
+    let rehydrated = record(&client, "rehydrated");
+    ok(client.pull()).await;
+    assert_eq!(ok(client.list("todos".into())).await.as_array().unwrap().len(), 3);
+
+    // Another device deletes a row; the reaper then prunes its tombstone, so this client's
+    // checkpoint predates the retained history and can no longer be continued.
+    let other = open(&options(&format!("expire-other-{}", random_id()), &user)).await;
+    ok(other.pull()).await;
+    ok(other.delete("todos".into(), ids[0].clone(), JsValue::UNDEFINED)).await;
+    ok(other.sync()).await;
+    other.close();
+    let reaped = reap_all_tombstones().await;
+    assert!(reaped["tombstones_pruned"].as_i64().unwrap() >= 1, "{reaped}");
+
+    ok(client.patch("todos".into(), ids[1].clone(), to_js(&json!({"title": "kept"})), JsValue::UNDEFINED)).await;
+    ok(client.pull()).await;
+    assert_eq!(expired.length(), 1, "the expiry was announced");
+    assert_eq!(rehydrated.length(), 1, "and the rehydrate");
+    let rows = ok(client.list("todos".into())).await;
+    let titles: std::collections::BTreeMap<String, Value> =
+        rows.as_array().unwrap().iter().map(|r| (r["id"].as_str().unwrap().to_string(), r["title"].clone())).collect();
+    assert!(!titles.contains_key(&ids[0]), "the snapshot was replaced: the deleted row is gone: {rows}");
+    assert_eq!(titles.get(&ids[1]), Some(&json!("kept")), "the pending edit is still on screen: {rows}");
+    assert!(titles.contains_key(&ids[2]));
+    assert_eq!(from_js(client.pending_writes()).as_array().unwrap().len(), 1, "the outbox is intact");
+
+    ok(client.sync()).await;
+    assert_eq!(server_view(&user, "todos", &ids[1]).await["title"], "kept");
+    client.close();
 }
 
 #[wasm_bindgen_test]

@@ -30,10 +30,14 @@ pub fn random_id() -> String {
 
 /// An HS256 token for `sub`, valid for an hour, signed with the gateway's secret.
 pub fn token_for(sub: &str) -> String {
+    token_with_role(sub, "authenticated")
+}
+
+pub fn token_with_role(sub: &str, role: &str) -> String {
     let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
     let exp = (js_sys::Date::now() / 1000.0) as i64 + 3600;
     let header = b64.encode(json!({"alg": "HS256", "typ": "JWT"}).to_string());
-    let claims = b64.encode(json!({"sub": sub, "role": "authenticated", "exp": exp}).to_string());
+    let claims = b64.encode(json!({"sub": sub, "role": role, "exp": exp}).to_string());
     let mut mac = Hmac::<Sha256>::new_from_slice(JWT_SECRET.as_bytes()).unwrap();
     mac.update(format!("{header}.{claims}").as_bytes());
     format!("{header}.{claims}.{}", b64.encode(mac.finalize().into_bytes()))
@@ -149,4 +153,26 @@ pub async fn server_view(user: &str, table: &str, pk: &str) -> Value {
     let row = ok(client.get(table.into(), pk.into())).await;
     client.close();
     row
+}
+
+/// The operator reaps now with zero tombstone retention, so every checkpoint older than the newest
+/// tombstone expires (as it would after the retention window on a real server).
+pub async fn reap_all_tombstones() -> Value {
+    let headers = Object::new();
+    Reflect::set(&headers, &"content-type".into(), &"application/json".into()).unwrap();
+    Reflect::set(&headers, &"authorization".into(), &format!("Bearer {}", token_with_role(&random_id(), "service_role")).into()).unwrap();
+    let init = Object::new();
+    Reflect::set(&init, &"method".into(), &"POST".into()).unwrap();
+    Reflect::set(&init, &"headers".into(), &headers).unwrap();
+    let body = json!({"request": {"action": "reap", "tombstone_retention_seconds": 0}}).to_string();
+    Reflect::set(&init, &"body".into(), &body.into()).unwrap();
+    let global = js_sys::global();
+    let fetch: Function = Reflect::get(&global, &"fetch".into()).unwrap().unchecked_into();
+    let url = format!("{SERVER_URL}/rest/v1/rpc/kizuna_admin");
+    let response: web_sys::Response = call(fetch.call2(&global, &url.into(), &init).unwrap().unchecked_into())
+        .await
+        .expect("the admin call answers")
+        .unchecked_into();
+    assert_eq!(response.status(), 200, "the operator may reap");
+    from_js(call(response.json().unwrap()).await.unwrap())
 }

@@ -53,3 +53,32 @@ async fn a_write_survives_reopening_before_any_push_and_is_pushed_once() {
     assert_eq!(server_view(&user, "todos", &id).await["title"], "draft");
     second.close();
 }
+
+#[wasm_bindgen_test]
+async fn with_timers_on_a_write_reaches_another_database_without_anyone_calling_sync() {
+    let user = random_id();
+    let auto = |name: &str| {
+        let opts = options(name, &user);
+        set(&opts, "autoSync", json!(true));
+        // Long enough that only a push timer and a wake-up, not the scheduled pull, can explain it.
+        set(&opts, "pullIntervalMs", json!(600_000));
+        opts
+    };
+    let a = open(&auto(&format!("auto-a-{}", random_id()))).await;
+    let b = open(&auto(&format!("auto-b-{}", random_id()))).await;
+    let changes = record(&b, "change");
+    sleep(500).await; // b's first pull and its wake stream settle
+    let id = random_id();
+    ok(a.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": "on its own"})), wasm_bindgen::JsValue::UNDEFINED)).await;
+    let mut waited = 0;
+    while ok(b.get("todos".into(), id.clone())).await == json!(null) {
+        waited += 100;
+        assert!(waited < 15_000, "the write never reached b");
+        sleep(100).await;
+    }
+    assert_eq!(from_js(a.pending_writes()), json!([]), "a's push timer drained the outbox");
+    let remote = (0..changes.length()).map(|i| from_js(changes.get(i))).any(|c| c["origin"] == "remote");
+    assert!(remote, "b announced the remote change");
+    a.close();
+    b.close();
+}
