@@ -86,21 +86,33 @@ language plpgsql stable as $$
 declare
   n integer := coalesce(cardinality(candidates), 0);
   rendered jsonb[] := array_fill(null::jsonb, array[n]);
+  keys text[];
+  positions integer[];
   t kizuna.synced_tables;
   live record;
   c kizuna.changes;
 begin
-  -- Live rows, one query per table, through the caller's SELECT policy.
+  -- Live rows, one query per table, through the caller's SELECT policy. The keys go in as arrays
+  -- so the table is read through its primary key, not scanned (which also evaluated the policy on
+  -- every row of the table, once per page).
   for t in select * from kizuna.synced_tables s
             where s.name in (select x.tbl from unnest(candidates) x where not x.deleted)
               and has_table_privilege(s.rel, 'SELECT') loop  -- no privilege: nothing is visible
+    keys := '{}';
+    positions := '{}';
+    for i in 1 .. n loop
+      c := candidates[i];
+      if c.tbl = t.name and not c.deleted then
+        keys := keys || c.pk;
+        positions := positions || i;
+      end if;
+    end loop;
     for live in execute format(
         'select k.i, to_jsonb(r) as row
-           from (select unnest($1) as c, generate_subscripts($1, 1) as i) k
-           join %1$s r on r.%2$I = cast((k.c).pk as %3$s)
-          where (k.c).tbl = $2 and not (k.c).deleted',
+           from unnest($1::text[], $2::integer[]) as k(pk, i)
+           join %1$s r on r.%2$I = cast(k.pk as %3$s)',
         t.rel, t.pk_column, kizuna.column_type(t.rel, t.pk_column))
-      using candidates, t.name loop
+      using keys, positions loop
       c := candidates[live.i];
       rendered[live.i] := jsonb_build_object('seq', c.seq, 'table', c.tbl, 'pk', c.pk,
                                              'bucket', c.bucket, 'row', live.row);

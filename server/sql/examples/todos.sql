@@ -16,16 +16,16 @@ alter table public.todos enable row level security;
 do $$
 begin
   if not exists (select 1 from pg_policies where schemaname = 'public' and tablename = 'todos' and policyname = 'todos_select_own') then
-    create policy todos_select_own on public.todos for select using (owner = auth.uid());
+    create policy todos_select_own on public.todos for select using (owner = (select auth.uid()));
   end if;
   if not exists (select 1 from pg_policies where schemaname = 'public' and tablename = 'todos' and policyname = 'todos_insert_own') then
-    create policy todos_insert_own on public.todos for insert with check (owner = auth.uid());
+    create policy todos_insert_own on public.todos for insert with check (owner = (select auth.uid()));
   end if;
   if not exists (select 1 from pg_policies where schemaname = 'public' and tablename = 'todos' and policyname = 'todos_update_own') then
-    create policy todos_update_own on public.todos for update using (owner = auth.uid()) with check (owner = auth.uid());
+    create policy todos_update_own on public.todos for update using (owner = (select auth.uid())) with check (owner = (select auth.uid()));
   end if;
   if not exists (select 1 from pg_policies where schemaname = 'public' and tablename = 'todos' and policyname = 'todos_delete_own') then
-    create policy todos_delete_own on public.todos for delete using (owner = auth.uid());
+    create policy todos_delete_own on public.todos for delete using (owner = (select auth.uid()));
   end if;
 end
 $$;
