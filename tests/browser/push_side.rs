@@ -107,3 +107,37 @@ async fn a_poisoned_write_is_dead_lettered_after_five_tries_while_the_writes_beh
     assert_eq!(server_view(&user, "todos", &poison).await, json!(null));
     client.close();
 }
+
+#[wasm_bindgen_test]
+async fn a_missing_or_hung_session_fails_the_sync_as_retryable_and_loses_nothing() {
+    use wasm_bindgen::prelude::Closure;
+    let user = random_id();
+    let name = format!("session-{}", random_id());
+    let id = random_id();
+
+    let signed_out = options(&name, &user);
+    let no_token = Closure::<dyn Fn() -> JsValue>::new(|| JsValue::NULL);
+    Reflect::set(&signed_out, &"token".into(), &no_token.into_js_value()).unwrap();
+    let client = open(&signed_out).await;
+    ok(client.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": "offline draft"})), JsValue::UNDEFINED)).await;
+    let err = call(client.sync()).await.expect_err("no session, no sync");
+    assert_eq!(error_code(&err), "AUTH_SESSION_MISSING");
+    assert_eq!(Reflect::get(&err, &"retryable".into()).unwrap(), JsValue::TRUE);
+    client.close();
+
+    // A session lookup that never settles fails the run after 10 s instead of hanging it.
+    let hung = options(&name, &user);
+    let never = js_sys::Function::new_no_args("return new Promise(() => {})");
+    Reflect::set(&hung, &"token".into(), &never).unwrap();
+    let client = open(&hung).await;
+    let err = call(client.sync()).await.expect_err("a hung lookup fails the run");
+    assert_eq!(error_code(&err), "AUTH_SESSION_TIMEOUT");
+    assert_eq!(from_js(client.pending_writes()).as_array().unwrap().len(), 1, "the write is still queued");
+    client.close();
+
+    let client = open(&options(&name, &user)).await;
+    let report = ok(client.sync()).await;
+    assert_eq!(report["pushes"], 1, "{report}");
+    assert_eq!(server_view(&user, "todos", &id).await["title"], "offline draft");
+    client.close();
+}
