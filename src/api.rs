@@ -19,6 +19,7 @@ use wasm_bindgen_futures::future_to_promise;
 
 use crate::error::ClientError;
 use crate::events::{Listeners, EVENT_NAMES};
+use crate::lock::DatabaseLock;
 use crate::runner::{now, Inner};
 use crate::scheduler::{self, Scheduler};
 use crate::store::Store;
@@ -87,6 +88,7 @@ export type KizunaEventName = "change" | "applied" | "rejected" | "deadLetter" |
 pub struct KizunaClient {
     inner: Rc<Inner>,
     scheduler: Rc<Scheduler>,
+    lock: RefCell<DatabaseLock>,
 }
 
 #[derive(Deserialize)]
@@ -219,6 +221,7 @@ impl KizunaClient {
         if let Some(v) = plain.retry_max_ms { config.retry_max_ms = v.max(1.0) as i64; }
         config.latest_only_tables = plain.latest_only_tables.clone().unwrap_or_default().into_iter().collect::<BTreeSet<_>>();
 
+        let lock = DatabaseLock::acquire(&plain.name).await?;
         let store = Store::open(&plain.name).await?;
         let state = match store.load().await? {
             Some(state) => state,
@@ -251,7 +254,7 @@ impl KizunaClient {
             }
             scheduler::arm(&inner, &scheduler);
         }
-        Ok(KizunaClient { inner, scheduler })
+        Ok(KizunaClient { inner, scheduler, lock: RefCell::new(lock) })
     }
 
     fn run<F>(&self, body: impl FnOnce(Rc<Inner>, Rc<Scheduler>) -> F) -> Promise
@@ -482,10 +485,12 @@ impl KizunaClient {
         Ok(off.unchecked_into())
     }
 
-    /// Stops the loops and closes the database. Pending writes stay in the outbox for next time.
+    /// Stops the loops, closes the database and lets another client open it. Pending writes stay
+    /// in the outbox for next time.
     pub fn close(&self) {
         self.inner.closed.set(true);
         scheduler::stop(&self.scheduler);
         self.inner.store.close();
+        self.lock.borrow_mut().release();
     }
 }

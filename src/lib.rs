@@ -11,6 +11,8 @@ mod events;
 #[cfg(target_arch = "wasm32")]
 mod idb;
 #[cfg(target_arch = "wasm32")]
+mod lock;
+#[cfg(target_arch = "wasm32")]
 mod runner;
 #[cfg(target_arch = "wasm32")]
 mod scheduler;
