@@ -18,3 +18,9 @@ DATABASE_URL="$browser_db" start_gateway --jwt-secret "$secret" --reap-interval 
 psql "$browser_db" -qf tests/fixtures/bulk.sql
 KIZUNA_TEST_URL="$gateway_url" KIZUNA_TEST_JWT_SECRET="$secret" CHROMEDRIVER=/usr/bin/chromedriver \
   WASM_BINDGEN_TEST_TIMEOUT=600 wasm-pack test --headless --chrome -- --test browser
+
+echo "== demo page (the npm package in a page, headless Chromium via Playwright)"
+wasm-pack build --dev --target web --out-dir pkg
+demo_db=$(fresh_database kizuna_demo_test)
+DATABASE_URL="$demo_db" start_gateway --www www --pkg pkg --dev-tokens --init-sql server/sql/examples/todos.sql
+KIZUNA_DEMO_URL="$gateway_url" node --test tests/demo/

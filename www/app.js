@@ -61,10 +61,22 @@ async function render() {
   ]));
 }
 
-async function signIn(sub) {
+// One local database per tab: a database is open in one client at a time.
+const tab = sessionStorage.getItem("kizuna-demo-tab") ?? crypto.randomUUID();
+sessionStorage.setItem("kizuna-demo-tab", tab);
+
+// Sign-ins run one after another: a second open of the same database waits for the first to close.
+let signingIn = Promise.resolve();
+function signIn(sub) {
+  signingIn = signingIn.then(() => switchUser(sub)).catch((e) => log("error", `${e.code}: ${e.message}`));
+  return signingIn;
+}
+
+async function switchUser(sub) {
   if (client) client.close();
+  client = null;
   client = await KizunaClient.open({
-    name: `kizuna-demo-${sub}`, url: location.origin, token: await tokenFor(sub),
+    name: `kizuna-demo-${sub}-${tab}`, url: location.origin, token: await tokenFor(sub),
     buckets: [`user:${sub}`], fetch: demoFetch, pullIntervalMs: 10_000,
   });
   for (const name of ["change", "applied", "rejected", "deadLetter", "pushFailed", "checkpoint", "pullProgress", "checkpointExpired", "rehydrated", "conflicts"]) {
@@ -80,7 +92,7 @@ async function signIn(sub) {
 await init();
 $("user").onchange = () => signIn($("user").value);
 $("offline").onchange = () => { offline = $("offline").checked; log(offline ? "offline" : "online"); };
-$("sync").onclick = () => client.sync().then((r) => log("sync", JSON.stringify(r))).catch((e) => log("pushFailed", `${e.code}: ${e.message}`)).finally(render);
+$("sync").onclick = () => client && client.sync().then((r) => log("sync", JSON.stringify(r))).catch((e) => log("pushFailed", `${e.code}: ${e.message}`)).finally(render);
 $("add").onsubmit = async (event) => {
   event.preventDefault();
   const id = crypto.randomUUID();
