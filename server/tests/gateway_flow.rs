@@ -135,21 +135,11 @@ async fn push_pull_wake_metrics_cors_static_status_through_the_real_binary() {
     serves_static_files(&server).await;
 
     // Open a wake stream before the push: EventSource style, token in the query.
-    let mut wake = server
-        .http
-        .get(server.path(&format!("/kizuna/v1/wake?access_token={token}")))
-        .send()
-        .await
-        .unwrap();
+    let mut wake = server.get(&format!("/kizuna/v1/wake?access_token={token}")).await;
     assert_eq!(wake.status(), 200);
     assert_eq!(wake.headers()["content-type"], "text/event-stream");
 
-    let metrics_before = server
-        .http
-        .get(server.path("/metrics"))
-        .send()
-        .await
-        .unwrap()
+    let metrics_before = server.get("/metrics").await
         .text()
         .await
         .unwrap();
@@ -226,12 +216,7 @@ async fn push_pull_wake_metrics_cors_static_status_through_the_real_binary() {
     only_the_operator_may_reap(&server).await;
 
     // The counters moved, and the durable figures are there.
-    let metrics = server
-        .http
-        .get(server.path("/metrics"))
-        .send()
-        .await
-        .unwrap()
+    let metrics = server.get("/metrics").await
         .text()
         .await
         .unwrap();
@@ -363,22 +348,12 @@ async fn answers_preflights(server: &TestServer) {
 }
 
 async fn serves_static_files(server: &TestServer) {
-    let index = server.http.get(server.path("/")).send().await.unwrap();
+    let index = server.get("/").await;
     assert_eq!(index.status(), 200);
     assert!(index.text().await.unwrap().contains("kizuna demo"));
-    let wasm = server
-        .http
-        .get(server.path("/pkg/kizunasync_bg.wasm"))
-        .send()
-        .await
-        .unwrap();
+    let wasm = server.get("/pkg/kizunasync_bg.wasm").await;
     assert_eq!(wasm.status(), 200);
     assert_eq!(wasm.headers()["content-type"], "application/wasm");
-    let missing = server
-        .http
-        .get(server.path("/pkg/nothing.js"))
-        .send()
-        .await
-        .unwrap();
+    let missing = server.get("/pkg/nothing.js").await;
     assert_eq!(missing.status(), 404);
 }

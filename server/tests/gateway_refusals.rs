@@ -315,12 +315,7 @@ async fn refuses_oversized_bodies(server: &TestServer) {
 }
 
 async fn refuses_unknown_endpoints(server: &TestServer) {
-    let wrong_method = server
-        .http
-        .get(server.path("/rest/v1/rpc/kizuna_push"))
-        .send()
-        .await
-        .unwrap();
+    let wrong_method = server.get("/rest/v1/rpc/kizuna_push").await;
     assert_eq!(wrong_method.status(), 405);
     assert_eq!(wrong_method.json::<Value>().await.unwrap()["code"], "KZG04");
     let unknown = server

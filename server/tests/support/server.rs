@@ -135,6 +135,11 @@ impl TestServer {
         )
     }
 
+    /// GETs `path` from the server.
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.http.get(self.path(path)).send().await.unwrap()
+    }
+
     /// POSTs `{"request": request}` to `/rest/v1/rpc/{function}` with `token`; returns status and JSON body.
     pub async fn rpc(&self, function: &str, token: Option<&str>, request: &Value) -> (u16, Value) {
         self.post_raw(function, token, json!({ "request": request }).to_string())
