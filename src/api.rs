@@ -3,14 +3,12 @@
 //! `Error` with `code: "INVALID_ARGUMENT"` and stores nothing.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
 use std::rc::Rc;
 
 use futures_util::lock::Mutex;
 use js_sys::{Function, Promise, Reflect};
-use kizuna_engine::{Config, Engine, LocalWrite, RowRecord};
+use kizuna_engine::{Engine, LocalWrite, RowRecord};
 use kizuna_protocol::{Op, Row};
-use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 use wasm_bindgen::prelude::*;
@@ -22,8 +20,8 @@ use crate::events::{Listeners, EVENT_NAMES};
 use crate::lock::DatabaseLock;
 use crate::runner::{now, Inner};
 use crate::scheduler::{self, Scheduler};
+use crate::options::ClientOptions;
 use crate::store::Store;
-use crate::transport::Transport;
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &str = r#"
@@ -91,45 +89,13 @@ pub struct KizunaClient {
     lock: RefCell<DatabaseLock>,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PlainOptions {
-    name: String,
-    url: String,
-    buckets: Vec<String>,
-    apikey: Option<String>,
-    auto_sync: Option<bool>,
-    realtime_wakeups: Option<bool>,
-    pull_interval_ms: Option<f64>,
-    pull_limit: Option<u32>,
-    max_slice: Option<u32>,
-    retry_base_ms: Option<f64>,
-    retry_max_ms: Option<f64>,
-    request_timeout_ms: Option<i32>,
-    latest_only_tables: Option<Vec<String>>,
-}
-
-/// Every option `open` knows; any other key is refused so a misspelt option fails loudly.
-const OPTION_NAMES: &[&str] = &[
-    "name", "url", "token", "buckets", "apikey", "fetch", "autoSync", "realtimeWakeups", "pullIntervalMs",
-    "pullLimit", "maxSlice", "retryBaseMs", "retryMaxMs", "requestTimeoutMs", "latestOnlyTables",
-];
-
-fn invalid(message: impl Into<String>) -> JsValue {
+pub(crate) fn invalid(message: impl Into<String>) -> JsValue {
     ClientError::invalid(message).into()
 }
 
 fn to_js(value: &Value) -> JsValue {
     use serde::Serialize;
     value.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).unwrap_or(JsValue::NULL)
-}
-
-fn js_function(options: &JsValue, key: &str) -> Result<Option<Function>, JsValue> {
-    let value = Reflect::get(options, &key.into()).unwrap_or(JsValue::UNDEFINED);
-    if value.is_undefined() || value.is_null() {
-        return Ok(None);
-    }
-    value.dyn_into::<Function>().map(Some).map_err(|_| invalid(format!("options.{key} must be a function")))
 }
 
 /// Reads an object of columns from JS; anything but a plain object is refused.
@@ -191,38 +157,9 @@ fn rows_to_js(records: Vec<RowRecord>) -> JsValue {
 impl KizunaClient {
     /// `open` for Rust callers (the browser tests drive the same code path JS does).
     pub async fn connect(options: JsValue) -> Result<KizunaClient, JsValue> {
-        if !options.is_object() {
-            return Err(invalid("options must be an object"));
-        }
-        for key in js_sys::Object::keys(options.unchecked_ref::<js_sys::Object>()).iter().filter_map(|k| k.as_string()) {
-            if !OPTION_NAMES.contains(&key.as_str()) {
-                return Err(invalid(format!("unknown option '{key}'; known: {}", OPTION_NAMES.join(", "))));
-            }
-        }
-        let plain: PlainOptions =
-            serde_wasm_bindgen::from_value(options.clone()).map_err(|e| invalid(format!("bad options: {e}")))?;
-        let token = js_function(&options, "token")?.ok_or_else(|| invalid("options.token must be a function returning the access token"))?;
-        let fetch = js_function(&options, "fetch")?;
-        if plain.name.is_empty() {
-            return Err(invalid("options.name must name the IndexedDB database"));
-        }
-        if !(plain.url.starts_with("http://") || plain.url.starts_with("https://")) {
-            return Err(invalid("options.url must be an http(s) URL"));
-        }
-        if plain.buckets.iter().any(|b| b.is_empty()) {
-            return Err(invalid("options.buckets must not contain empty names"));
-        }
-        let mut config = Config::default();
-        config.buckets = plain.buckets.clone();
-        if let Some(v) = plain.pull_interval_ms { config.pull_interval_ms = v.max(100.0) as i64; }
-        if let Some(v) = plain.pull_limit { config.pull_limit = v.clamp(1, 10_000); }
-        if let Some(v) = plain.max_slice { config.max_slice = v.clamp(1, 10_000) as usize; }
-        if let Some(v) = plain.retry_base_ms { config.retry_base_ms = v.max(1.0) as i64; }
-        if let Some(v) = plain.retry_max_ms { config.retry_max_ms = v.max(1.0) as i64; }
-        config.latest_only_tables = plain.latest_only_tables.clone().unwrap_or_default().into_iter().collect::<BTreeSet<_>>();
-
-        let lock = DatabaseLock::acquire(&plain.name).await?;
-        let store = Store::open(&plain.name).await?;
+        let ClientOptions { name, config, transport, auto_sync, realtime_wakeups } = ClientOptions::parse(&options)?;
+        let lock = DatabaseLock::acquire(&name).await?;
+        let store = Store::open(&name).await?;
         let state = match store.load().await? {
             Some(state) => state,
             None => Engine::fresh_state(random_uuid()),
@@ -233,23 +170,17 @@ impl KizunaClient {
             store,
             engine: RefCell::new(engine),
             config,
-            transport: Transport {
-                base_url: plain.url.clone(),
-                token,
-                fetch,
-                apikey: plain.apikey.clone(),
-                request_timeout_ms: plain.request_timeout_ms.unwrap_or(30_000).max(100),
-            },
+            transport,
             listeners: Rc::new(RefCell::new(Listeners::default())),
             activity: Mutex::new(()),
             closed: Cell::new(false),
             seed: Cell::new(seed),
         });
         let scheduler = Rc::new(Scheduler::default());
-        if plain.auto_sync.unwrap_or(true) {
+        if auto_sync {
             scheduler.enabled.set(true);
             scheduler::watch_connectivity(&inner, &scheduler);
-            if plain.realtime_wakeups.unwrap_or(true) {
+            if realtime_wakeups {
                 scheduler::open_wake_stream(&inner, &scheduler);
             }
             scheduler::arm(&inner, &scheduler);

@@ -13,6 +13,8 @@ mod idb;
 #[cfg(target_arch = "wasm32")]
 mod lock;
 #[cfg(target_arch = "wasm32")]
+mod options;
+#[cfg(target_arch = "wasm32")]
 mod runner;
 #[cfg(target_arch = "wasm32")]
 mod scheduler;

@@ -53,3 +53,11 @@ impl DatabaseLock {
         }
     }
 }
+
+/// A client dropped without `close()` (or an `open` that failed after taking the lock) must not
+/// keep the database locked until the page unloads.
+impl Drop for DatabaseLock {
+    fn drop(&mut self) {
+        self.release();
+    }
+}

@@ -16,13 +16,20 @@ const MAX_TIMER_MS: i64 = 60_000;
 /// How long after a wake stream error a new stream is opened (with a fresh token).
 const WAKE_RECONNECT_MS: i32 = 5_000;
 
+type EventHandler = Closure<dyn FnMut(web_sys::Event)>;
+
+/// The armed timeout: its handle and the callback it will run.
+type Timer = (JsValue, Closure<dyn FnMut()>);
+
 #[derive(Default)]
 pub struct Scheduler {
     /// `autoSync`: when false no timer is ever armed and only explicit calls talk to the server.
     pub enabled: std::cell::Cell<bool>,
-    timer: RefCell<Option<(JsValue, Closure<dyn FnMut()>)>>,
-    wake: RefCell<Option<(EventSource, Closure<dyn FnMut(web_sys::Event)>, Closure<dyn FnMut(web_sys::Event)>)>>,
-    online: RefCell<Option<(Closure<dyn FnMut(web_sys::Event)>, Closure<dyn FnMut(web_sys::Event)>)>>,
+    timer: RefCell<Option<Timer>>,
+    /// The wake stream with its `wake` and `error` handlers.
+    wake: RefCell<Option<(EventSource, EventHandler, EventHandler)>>,
+    /// The `online` and `offline` handlers.
+    online: RefCell<Option<(EventHandler, EventHandler)>>,
 }
 
 fn global_fn(name: &str) -> Option<Function> {
@@ -84,7 +91,7 @@ pub fn open_wake_stream(inner: &Rc<Inner>, scheduler: &Rc<Scheduler>) {
             js_sys::encode_uri_component(&token)
         );
         let Ok(source) = EventSource::new(&url) else { return };
-        let on_wake = Closure::<dyn FnMut(web_sys::Event)>::new({
+        let on_wake = EventHandler::new({
             let weak_inner = weak_inner.clone();
             let weak_sched = weak_sched.clone();
             move |_| {
@@ -94,7 +101,7 @@ pub fn open_wake_stream(inner: &Rc<Inner>, scheduler: &Rc<Scheduler>) {
                 }
             }
         });
-        let on_error = Closure::<dyn FnMut(web_sys::Event)>::new({
+        let on_error = EventHandler::new({
             let weak_inner = weak_inner.clone();
             let weak_sched = weak_sched.clone();
             move |_| {
@@ -138,7 +145,7 @@ pub fn watch_connectivity(inner: &Rc<Inner>, scheduler: &Rc<Scheduler>) {
     let make = |online: bool| {
         let weak_inner = Rc::downgrade(inner);
         let weak_sched = Rc::downgrade(scheduler);
-        Closure::<dyn FnMut(web_sys::Event)>::new(move |_| {
+        EventHandler::new(move |_| {
             if let (Some(inner), Some(sched)) = (weak_inner.upgrade(), weak_sched.upgrade()) {
                 inner.engine.borrow_mut().set_online(online);
                 arm(&inner, &sched);

@@ -1,0 +1,112 @@
+//! `KizunaClient.open(options)`: the options object checked and turned into the engine's config
+//! and the transport. Unknown keys are refused, so a misspelt option fails loudly.
+
+use std::collections::BTreeSet;
+
+use js_sys::{Function, Reflect};
+use kizuna_engine::Config;
+use serde::Deserialize;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+use crate::api::invalid;
+use crate::transport::Transport;
+
+pub struct ClientOptions {
+    pub name: String,
+    pub config: Config,
+    pub transport: Transport,
+    pub auto_sync: bool,
+    pub realtime_wakeups: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PlainOptions {
+    name: String,
+    url: String,
+    buckets: Vec<String>,
+    apikey: Option<String>,
+    auto_sync: Option<bool>,
+    realtime_wakeups: Option<bool>,
+    pull_interval_ms: Option<f64>,
+    pull_limit: Option<u32>,
+    max_slice: Option<u32>,
+    retry_base_ms: Option<f64>,
+    retry_max_ms: Option<f64>,
+    request_timeout_ms: Option<i32>,
+    latest_only_tables: Option<Vec<String>>,
+}
+
+/// Every option `open` knows; any other key is refused so a misspelt option fails loudly.
+const OPTION_NAMES: &[&str] = &[
+    "name", "url", "token", "buckets", "apikey", "fetch", "autoSync", "realtimeWakeups", "pullIntervalMs",
+    "pullLimit", "maxSlice", "retryBaseMs", "retryMaxMs", "requestTimeoutMs", "latestOnlyTables",
+];
+
+fn js_function(options: &JsValue, key: &str) -> Result<Option<Function>, JsValue> {
+    let value = Reflect::get(options, &key.into()).unwrap_or(JsValue::UNDEFINED);
+    if value.is_undefined() || value.is_null() {
+        return Ok(None);
+    }
+    value.dyn_into::<Function>().map(Some).map_err(|_| invalid(format!("options.{key} must be a function")))
+}
+
+impl ClientOptions {
+    pub fn parse(options: &JsValue) -> Result<ClientOptions, JsValue> {
+        if !options.is_object() {
+            return Err(invalid("options must be an object"));
+        }
+        for key in js_sys::Object::keys(options.unchecked_ref::<js_sys::Object>()).iter().filter_map(|k| k.as_string()) {
+            if !OPTION_NAMES.contains(&key.as_str()) {
+                return Err(invalid(format!("unknown option '{key}'; known: {}", OPTION_NAMES.join(", "))));
+            }
+        }
+        let plain: PlainOptions =
+            serde_wasm_bindgen::from_value(options.clone()).map_err(|e| invalid(format!("bad options: {e}")))?;
+        let token = js_function(options, "token")?
+            .ok_or_else(|| invalid("options.token must be a function returning the access token"))?;
+        let fetch = js_function(options, "fetch")?;
+        if plain.name.is_empty() {
+            return Err(invalid("options.name must name the IndexedDB database"));
+        }
+        if !(plain.url.starts_with("http://") || plain.url.starts_with("https://")) {
+            return Err(invalid("options.url must be an http(s) URL"));
+        }
+        if plain.buckets.iter().any(|b| b.is_empty()) {
+            return Err(invalid("options.buckets must not contain empty names"));
+        }
+        let mut config = Config { buckets: plain.buckets, ..Config::default() };
+        if let Some(v) = plain.pull_interval_ms {
+            config.pull_interval_ms = v.max(100.0) as i64;
+        }
+        if let Some(v) = plain.pull_limit {
+            config.pull_limit = v.clamp(1, 10_000);
+        }
+        if let Some(v) = plain.max_slice {
+            config.max_slice = v.clamp(1, 10_000) as usize;
+        }
+        if let Some(v) = plain.retry_base_ms {
+            config.retry_base_ms = v.max(1.0) as i64;
+        }
+        if let Some(v) = plain.retry_max_ms {
+            config.retry_max_ms = v.max(1.0) as i64;
+        }
+        config.latest_only_tables = plain.latest_only_tables.unwrap_or_default().into_iter().collect::<BTreeSet<_>>();
+        let transport = Transport {
+            base_url: plain.url,
+            token,
+            fetch,
+            apikey: plain.apikey,
+            request_timeout_ms: plain.request_timeout_ms.unwrap_or(30_000).max(100),
+        };
+        let auto_sync = plain.auto_sync.unwrap_or(true);
+        Ok(ClientOptions {
+            name: plain.name,
+            config,
+            transport,
+            auto_sync,
+            realtime_wakeups: auto_sync && plain.realtime_wakeups.unwrap_or(true),
+        })
+    }
+}
