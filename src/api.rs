@@ -17,6 +17,7 @@ use wasm_bindgen_futures::future_to_promise;
 
 use crate::error::ClientError;
 use crate::events::{Listeners, EVENT_NAMES};
+use crate::js;
 use crate::lock::DatabaseLock;
 use crate::runner::{now, Inner};
 use crate::scheduler::{self, Scheduler};
@@ -93,9 +94,8 @@ pub(crate) fn invalid(message: impl Into<String>) -> JsValue {
     ClientError::invalid(message).into()
 }
 
-fn to_js(value: &Value) -> JsValue {
-    use serde::Serialize;
-    value.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).unwrap_or(JsValue::NULL)
+fn to_js<T: serde::Serialize + ?Sized>(value: &T) -> JsValue {
+    js::encode(value).unwrap_or(JsValue::NULL)
 }
 
 /// Reads an object of columns from JS; anything but a plain object is refused.
@@ -372,13 +372,13 @@ impl KizunaClient {
     /// The writes waiting in the outbox, oldest first.
     #[wasm_bindgen(js_name = pendingWrites)]
     pub fn pending_writes(&self) -> JsValue {
-        to_js(&serde_json::to_value(self.inner.engine.borrow().outbox().collect::<Vec<_>>()).unwrap_or(Value::Null))
+        to_js(&self.inner.engine.borrow().outbox().collect::<Vec<_>>())
     }
 
     /// Writes moved out of the queue after exhausting their budget, kept until requeued or discarded.
     #[wasm_bindgen(js_name = deadLetters)]
     pub fn dead_letters(&self) -> JsValue {
-        to_js(&serde_json::to_value(self.inner.engine.borrow().dead_letters()).unwrap_or(Value::Null))
+        to_js(self.inner.engine.borrow().dead_letters())
     }
 
     /// Puts a dead letter back in the queue with a fresh budget (and a new id and sequence number).

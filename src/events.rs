@@ -49,7 +49,7 @@ impl Listeners {
 pub fn emit(listeners: &SharedListeners, events: &[Event]) {
     for event in events {
         let (name, payload) = describe(event);
-        let Ok(js) = payload.serialize(&serde_wasm_bindgen::Serializer::json_compatible()) else { continue };
+        let Ok(js) = crate::js::encode(&payload) else { continue };
         let targets: Vec<Function> = listeners
             .borrow()
             .entries
@@ -72,8 +72,6 @@ fn origin(origin: &ChangeOrigin) -> &'static str {
         ChangeOrigin::Compensation => "compensation",
     }
 }
-
-use serde::Serialize;
 
 fn describe(event: &Event) -> (&'static str, Value) {
     match event {

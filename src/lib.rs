@@ -8,6 +8,7 @@ mod api;
 mod error;
 mod events;
 mod idb;
+mod js;
 mod lock;
 mod options;
 mod runner;

@@ -4,11 +4,11 @@
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};
 
-use js_sys::{Function, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::EventSource;
 
+use crate::js;
 use crate::runner::{now, Inner};
 
 /// The longest a timer waits, so a client whose engine has nothing to do still looks again.
@@ -32,10 +32,6 @@ pub struct Scheduler {
     online: RefCell<Option<(EventHandler, EventHandler)>>,
 }
 
-fn global_fn(name: &str) -> Option<Function> {
-    Reflect::get(&js_sys::global(), &name.into()).ok()?.dyn_into().ok()
-}
-
 /// Arms the timer for the engine's next wake time (or now). Replaces any timer already armed.
 pub fn arm(inner: &Rc<Inner>, scheduler: &Rc<Scheduler>) {
     if inner.closed.get() || !scheduler.enabled.get() {
@@ -48,10 +44,8 @@ pub fn arm(inner: &Rc<Inner>, scheduler: &Rc<Scheduler>) {
     let weak_sched = Rc::downgrade(scheduler);
     let callback = Closure::<dyn FnMut()>::new(move || fire(weak_inner.clone(), weak_sched.clone()));
     cancel_timer(scheduler);
-    if let Some(set) = global_fn("setTimeout") {
-        if let Ok(handle) = set.call2(&JsValue::NULL, callback.as_ref().unchecked_ref(), &delay.into()) {
-            *scheduler.timer.borrow_mut() = Some((handle, callback));
-        }
+    if let Some(handle) = js::set_timeout(callback.as_ref(), delay, &JsValue::UNDEFINED) {
+        *scheduler.timer.borrow_mut() = Some((handle, callback));
     }
 }
 
@@ -65,9 +59,7 @@ fn fire(inner: Weak<Inner>, scheduler: Weak<Scheduler>) {
 
 fn cancel_timer(scheduler: &Scheduler) {
     if let Some((handle, _closure)) = scheduler.timer.borrow_mut().take() {
-        if let Some(clear) = global_fn("clearTimeout") {
-            let _ = clear.call1(&JsValue::NULL, &handle);
-        }
+        js::clear_timeout(&handle);
     }
 }
 
@@ -126,9 +118,7 @@ fn retry_wake_stream(inner: Weak<Inner>, scheduler: Weak<Scheduler>) {
             open_wake_stream(&inner, &sched);
         }
     });
-    if let Some(set) = global_fn("setTimeout") {
-        let _ = set.call2(&JsValue::NULL, &callback, &WAKE_RECONNECT_MS.into());
-    }
+    let _ = js::set_timeout(&callback, WAKE_RECONNECT_MS, &JsValue::UNDEFINED);
 }
 
 fn close_wake_stream(scheduler: &Scheduler) {

@@ -16,6 +16,7 @@ use web_sys::{IdbDatabase, IdbIndexParameters, IdbObjectStore, IdbTransaction, I
 
 use crate::error::ClientError;
 use crate::idb;
+use crate::js;
 
 const ROWS: &str = "rows";
 const OUTBOX: &str = "outbox";
@@ -31,9 +32,7 @@ pub struct Store {
 }
 
 fn to_js<T: Serialize>(value: &T) -> Result<JsValue, ClientError> {
-    value
-        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .map_err(|e| ClientError::new("STORAGE_FAILED", format!("cannot encode a record: {e}")))
+    js::encode(value).map_err(|e| ClientError::new("STORAGE_FAILED", format!("cannot encode a record: {e}")))
 }
 
 fn from_js<T: DeserializeOwned>(value: JsValue) -> Result<T, ClientError> {

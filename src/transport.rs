@@ -11,6 +11,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{AbortController, Headers, RequestInit, Response};
 
 use crate::error::describe;
+use crate::js;
 
 /// How long a session lookup may take before the run fails with `AUTH_SESSION_TIMEOUT`, so a hung
 /// refresh fails one sync run instead of hanging it.
@@ -32,19 +33,12 @@ fn failure(status: Option<u16>, code: &str, message: impl Into<String>) -> Failu
 async fn within(promise: Promise, ms: i32) -> Option<Result<JsValue, JsValue>> {
     let marker: JsValue = js_sys::Object::new().into();
     let timer = Promise::new(&mut |resolve: Function, _| {
-        let _ = set_timeout(&resolve, ms, &marker);
+        let _ = js::set_timeout(&resolve, ms, &marker);
     });
     match JsFuture::from(Promise::race(&js_sys::Array::of2(&promise, &timer))).await {
         Ok(v) if v == marker => None,
         other => Some(other),
     }
-}
-
-/// `setTimeout(callback, ms, argument)` on whatever global this runs in (window or worker).
-pub fn set_timeout(callback: &Function, ms: i32, argument: &JsValue) -> Result<JsValue, JsValue> {
-    let global = js_sys::global();
-    let set: Function = Reflect::get(&global, &"setTimeout".into())?.unchecked_into();
-    set.call3(&global, callback, &ms.into(), argument)
 }
 
 impl Transport {
