@@ -31,13 +31,17 @@ async function device(user = "Alice") {
 
 const titles = (page) => page.locator("#todos .title").allTextContents();
 
+// The page writes and re-renders after the click has returned: wait for the list to show `title`.
+const shows = (page, title, timeout = 15000) =>
+  page.waitForFunction((t) => [...document.querySelectorAll("#todos .title")].some((e) => e.textContent === t), title, { timeout });
+
 test("a todo added on one device appears on the other, and never for another user", async () => {
   const a = await device(), b = await device(), bob = await device("Bob");
   const title = `milk ${Date.now()}`;
   await a.page.fill("#title", title);
   await a.page.click("#add button");
-  assert.ok((await titles(a.page)).includes(title), "visible at once where it was written");
-  await b.page.waitForFunction((t) => [...document.querySelectorAll("#todos .title")].some((e) => e.textContent === t), title, { timeout: 15000 });
+  await shows(a.page, title, 5000);
+  await shows(b.page, title);
   await bob.page.click("#sync");
   await bob.page.waitForTimeout(500);
   assert.ok(!(await titles(bob.page)).includes(title), "another user's list never shows it");
@@ -68,6 +72,6 @@ test("writes made offline wait in the outbox and go out when the network is back
   await a.page.click("#sync");
   await row.locator(".pending:text-is('')").waitFor({ state: "attached", timeout: 15000 });
   const other = await device();
-  await other.page.waitForFunction((t) => [...document.querySelectorAll("#todos .title")].some((e) => e.textContent === t), title, { timeout: 15000 });
+  await shows(other.page, title);
   assert.deepEqual(a.errors, []);
 });
