@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make test`: every test, on real parts. Native unit tests; the server's tests against a real
-# PostgreSQL; the browser tests in headless Chromium against a running kizuna-server.
+# PostgreSQL; the browser tests in headless Chromium against a running kizuna-server; the demo page
+# driven by Playwright. Every runner runs even when an earlier one failed, so one report shows all
+# failures; the exit status is non-zero when any runner failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-tools.sh
@@ -8,24 +10,31 @@ source scripts/lib.sh
 ensure_database test
 log=target/test-output.log
 : >"$log"
+failed_runners=()
 
-echo "== native and server tests"
-cargo test -p kizuna-protocol -p kizuna-engine -p kizuna-server 2>&1 | tee -a "$log"
+# Runs one runner with its output shown and logged; records it when it fails.
+runner() {
+  local name=$1; shift
+  echo "== $name"
+  if ! "$@" 2>&1 | tee -a "$log"; then failed_runners+=("$name"); fi
+}
 
-echo "== browser tests (headless Chromium, real gateway, real PostgreSQL)"
+runner "native and server tests" cargo test -p kizuna-protocol -p kizuna-engine -p kizuna-server
+
 secret="kizuna-browser-test-secret"
 browser_db=$(fresh_database kizuna_browser)
 DATABASE_URL="$browser_db" start_gateway --jwt-secret "$secret" --reap-interval 0 \
-  --init-sql server/sql/examples/todos.sql
+  --init-sql server/sql/examples/todos.sql --init-sql server/sql/examples/notes.sql
 psql "$browser_db" -qf tests/fixtures/bulk.sql
 KIZUNA_TEST_URL="$gateway_url" KIZUNA_TEST_JWT_SECRET="$secret" CHROMEDRIVER=/usr/bin/chromedriver \
-  WASM_BINDGEN_TEST_TIMEOUT=600 wasm-pack test --headless --chrome -- --test browser 2>&1 | tee -a "$log"
+  WASM_BINDGEN_TEST_TIMEOUT=600 runner "browser tests (headless Chromium, real gateway, real PostgreSQL)" \
+  wasm-pack test --headless --chrome -- --test browser
 
-echo "== demo page (the npm package in a page, headless Chromium via Playwright)"
-wasm-pack build --dev --target web --out-dir pkg
+runner "build the npm package for the demo page" wasm-pack build --dev --target web --out-dir pkg
 demo_db=$(fresh_database kizuna_demo_test)
 DATABASE_URL="$demo_db" start_gateway --www www --pkg pkg --dev-tokens --init-sql server/sql/examples/todos.sql
-KIZUNA_DEMO_URL="$gateway_url" node --test tests/demo/ 2>&1 | tee -a "$log"
+KIZUNA_DEMO_URL="$gateway_url" runner "demo page (the npm package in a page, headless Chromium via Playwright)" \
+  node --test tests/demo/
 
 # One closing line over every runner: Rust's harnesses and node's.
 count() { grep -hoE "$1" "$log" | grep -oE '[0-9]+' | awk '{s += $1} END {print s + 0}'; }
@@ -33,3 +42,7 @@ passed=$(( $(count 'test result: [a-zA-Z]+\. [0-9]+ passed') + $(count '^# pass 
 failed=$(( $(count '[0-9]+ failed;') + $(count '^# fail [0-9]+') ))
 echo
 echo "make test: $passed passed, $failed failed"
+if [ ${#failed_runners[@]} -gt 0 ]; then
+  printf 'failed runner: %s\n' "${failed_runners[@]}"
+  exit 1
+fi

@@ -78,7 +78,7 @@ export interface Checkpoint { cursor: string | null; horizon: number; committedA
 export interface SyncHealth { failureStreak: number; lastError: string | null; lastSuccessAt: number | null; inFlight: boolean; online: boolean; }
 export interface SyncStatus { pending: number; retrying: number; deadLetters: number; applied: number; rejected: number; skipped: number; delayed: number; }
 export interface SyncReport { pushes: number; pulled: boolean; pushError: { code: string; message: string; status: number | null } | null; }
-export type KizunaEventName = "change" | "applied" | "rejected" | "deadLetter" | "pushFailed" | "pullProgress"
+export type KizunaEventName = "change" | "applied" | "rejected" | "deadLetter" | "pushFailed" | "pullFailed" | "pullProgress"
   | "checkpoint" | "conflicts" | "checkpointExpired" | "serverReset" | "rehydrated";
 "#;
 

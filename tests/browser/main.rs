@@ -7,6 +7,7 @@ use wasm_bindgen_test::wasm_bindgen_test_configure;
 wasm_bindgen_test_configure!(run_in_browser);
 
 mod support;
+mod conflicts;
 mod pull_side;
 mod push_side;
 mod walking_skeleton;

@@ -141,3 +141,98 @@ async fn a_missing_or_hung_session_fails_the_sync_as_retryable_and_loses_nothing
     assert_eq!(server_view(&user, "todos", &id).await["title"], "offline draft");
     client.close();
 }
+
+/// Syncs until `done` holds; a retry backoff under this suite's options is at most 20 ms.
+async fn sync_until(client: &kizunasync::KizunaClient, what: &str, done: impl Fn(&kizunasync::KizunaClient) -> bool) {
+    for _ in 0..60 {
+        if done(client) {
+            return;
+        }
+        ok(client.sync()).await;
+        sleep(25).await;
+    }
+    panic!("{what} never happened");
+}
+
+fn dead_count(client: &kizunasync::KizunaClient) -> usize {
+    from_js(client.dead_letters()).as_array().map_or(0, Vec::len)
+}
+
+#[wasm_bindgen_test]
+async fn a_dead_letter_is_kept_across_a_reload_and_can_be_requeued_or_discarded() {
+    let user = random_id();
+    let name = format!("dead-api-{}", random_id());
+    let poison = random_id();
+    let client = open(&options(&name, &user)).await;
+    let note = "x".repeat(70_000);
+    ok(client.put("todos".into(), poison.clone(), to_js(&json!({"id": poison, "note": note})), JsValue::UNDEFINED)).await;
+    sync_until(&client, "the first dead letter", |c| dead_count(c) == 1).await;
+    let first_seq = from_js(client.dead_letters())[0]["entry"]["seq"].as_f64().unwrap();
+    client.close();
+
+    let client = open(&options(&name, &user)).await;
+    assert_eq!(dead_count(&client), 1, "the dead letter survives a reload");
+    assert_eq!(from_js(client.status())["deadLetters"], 1);
+    assert_eq!(ok(client.get("todos".into(), poison.clone())).await, json!(null), "its local effect stays undone");
+
+    let missing = call(client.requeue_dead_letter(first_seq + 1000.0)).await.expect_err("no such dead letter");
+    assert_eq!(error_code(&missing), "NOT_FOUND");
+
+    ok(client.requeue_dead_letter(first_seq)).await;
+    assert_eq!(dead_count(&client), 0);
+    let pending = from_js(client.pending_writes());
+    assert_eq!(pending.as_array().unwrap().len(), 1, "{pending}");
+    assert!(pending[0]["seq"].as_f64().unwrap() > first_seq, "a requeued write gets a new sequence number");
+    assert_eq!(pending[0]["permanent_failures"], 0, "and a fresh budget");
+    assert_eq!(ok(client.get("todos".into(), poison.clone())).await["note"].as_str().map(str::len), Some(70_000), "visible again");
+
+    sync_until(&client, "the requeued write's dead letter", |c| dead_count(c) == 1).await;
+    let second_seq = from_js(client.dead_letters())[0]["entry"]["seq"].as_f64().unwrap();
+    ok(client.discard_dead_letter(second_seq)).await;
+    assert_eq!(dead_count(&client), 0);
+    assert_eq!(from_js(client.pending_writes()), json!([]));
+    assert_eq!(from_js(client.status())["deadLetters"], 0);
+    assert_eq!(ok(client.get("todos".into(), poison.clone())).await, json!(null));
+    client.close();
+    let client = open(&options(&name, &user)).await;
+    assert_eq!(dead_count(&client), 0, "a discard is durable");
+    client.close();
+}
+
+#[wasm_bindgen_test]
+async fn an_atomic_batch_lands_whole_or_is_refused_whole() {
+    let user = random_id();
+    let client = open(&options(&format!("batch-{}", random_id()), &user)).await;
+    let upsert = |id: &str, title: &str| json!({"op": "upsert", "table": "todos", "pk": id, "row": {"id": id, "title": title}});
+
+    for bad in [json!([]), json!([{"op": "merge", "table": "todos", "pk": "k"}]), json!([{"op": "upsert", "table": "todos", "pk": "k", "row": 3}]), json!([{"op": "delete", "table": "", "pk": "k"}])] {
+        let err = call(client.batch(to_js(&bad))).await.expect_err("a malformed batch is refused");
+        assert_eq!(error_code(&err), "INVALID_ARGUMENT", "{bad}");
+    }
+    assert_eq!(from_js(client.pending_writes()), json!([]), "a refused batch stores nothing");
+
+    let (a, b) = (random_id(), random_id());
+    ok(client.batch(to_js(&json!([upsert(&a, "a"), upsert(&b, "b")])))).await;
+    let report = ok(client.sync()).await;
+    assert_eq!(report["pushes"], 1, "{report}");
+    assert_eq!(server_view(&user, "todos", &a).await["title"], "a");
+    assert_eq!(server_view(&user, "todos", &b).await["title"], "b");
+
+    // One member fails the validation gate: neither lands, and each says why.
+    let rejected = record(&client, "rejected");
+    let (c, d) = (random_id(), random_id());
+    ok(client.batch(to_js(&json!([upsert(&c, "fine"), upsert(&d, &"x".repeat(300))])))).await;
+    assert_eq!(ok(client.get("todos".into(), c.clone())).await["title"], "fine", "optimistic at first");
+    ok(client.sync()).await;
+    let reasons: std::collections::BTreeMap<String, String> = (0..rejected.length())
+        .map(|i| from_js(rejected.get(i)))
+        .map(|e| (e["mutation"]["pk"].as_str().unwrap().to_string(), e["reason"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(reasons.get(&c).map(String::as_str), Some("BATCH_ABORTED"), "{reasons:?}");
+    assert_eq!(reasons.get(&d).map(String::as_str), Some("VALIDATION_FAILED"), "{reasons:?}");
+    for id in [&c, &d] {
+        assert_eq!(ok(client.get("todos".into(), id.clone())).await, json!(null), "{id} is taken back locally");
+        assert_eq!(server_view(&user, "todos", id).await, json!(null), "{id} never reached the server");
+    }
+    client.close();
+}

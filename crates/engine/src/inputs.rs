@@ -43,7 +43,7 @@ impl Failure {
 /// A call the engine refused; nothing was changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EngineError {
-    /// Machine-readable: `INVALID_WRITE`, `NOT_FOUND`.
+    /// Machine-readable: `INVALID_ARGUMENT` (the same code the JS face gives any bad argument), `NOT_FOUND`.
     pub code: String,
     /// Human-readable detail.
     pub message: String,
@@ -51,7 +51,7 @@ pub struct EngineError {
 
 impl EngineError {
     pub(crate) fn invalid(message: impl Into<String>) -> EngineError {
-        EngineError { code: "INVALID_WRITE".into(), message: message.into() }
+        EngineError { code: "INVALID_ARGUMENT".into(), message: message.into() }
     }
     pub(crate) fn not_found(message: impl Into<String>) -> EngineError {
         EngineError { code: "NOT_FOUND".into(), message: message.into() }

@@ -45,7 +45,7 @@ fn invalid_writes_change_nothing() {
         vec![lw("t", "1", Op::Upsert, Some(json!({"a": 1}))), lw("t", "2", Op::Patch, None)],
     ] {
         let err = h.write_all(bad).unwrap_err();
-        assert_eq!(err.code, "INVALID_WRITE");
+        assert_eq!(err.code, "INVALID_ARGUMENT");
     }
     assert_eq!(h.engine.meta().next_seq, 1);
     assert_eq!(h.engine.status().pending, 0);
