@@ -19,7 +19,7 @@ runner() {
   if ! "$@" 2>&1 | tee -a "$log"; then failed_runners+=("$name"); fi
 }
 
-runner "native and server tests" cargo test -p kizuna-protocol -p kizuna-engine -p kizuna-server
+runner "native and server tests" cargo test --no-fail-fast -p kizuna-protocol -p kizuna-engine -p kizuna-server
 
 secret="kizuna-browser-test-secret"
 browser_db=$(fresh_database kizuna_browser)

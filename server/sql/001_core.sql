@@ -1,25 +1,30 @@
--- Kizuna SQL pack, file 1 of 7: roles, schemas, auth helpers, settings and the pack's own tables.
+-- Kizuna SQL pack, file 1 of 8: roles, schemas, auth helpers, settings and the pack's own tables.
 --
 -- Idempotent: every statement can run again on an installed database. Later files hold the
 -- functions; this one holds only state, so re-running the pack never loses data.
 
 -- The three PostgREST roles. On Supabase they exist already; on plain PostgreSQL we create them
 -- NOLOGIN (the gateway switches to them with SET LOCAL ROLE). service_role bypasses RLS as on Supabase.
+-- Roles belong to the cluster, so installs into two databases at once may both try to create
+-- one: the loser of that race finds it made and goes on.
 do $$
 begin
-  if not exists (select 1 from pg_roles where rolname = 'anon') then
+  begin
     create role anon nologin;
-  end if;
-  if not exists (select 1 from pg_roles where rolname = 'authenticated') then
+  exception when duplicate_object or unique_violation then null;
+  end;
+  begin
     create role authenticated nologin;
-  end if;
-  if not exists (select 1 from pg_roles where rolname = 'service_role') then
+  exception when duplicate_object or unique_violation then null;
+  end;
+  begin
     begin
       create role service_role nologin bypassrls;
     exception when insufficient_privilege then
       create role service_role nologin;
     end;
-  end if;
+  exception when duplicate_object or unique_violation then null;
+  end;
   -- The installing user is the one the gateway connects as: it must be able to SET ROLE to them.
   -- A superuser can already; anyone else gets membership (best effort: needs CREATEROLE/admin).
   if not (select rolsuper from pg_roles where rolname = current_user) then
@@ -86,7 +91,6 @@ create table if not exists kizuna.state (
   id boolean primary key default true check (id),
   epoch text not null default substr(replace(gen_random_uuid()::text, '-', ''), 1, 16),
   db_identity text,                        -- database oid + cluster id at install: a restore changes it
-  horizon bigint not null default 0,       -- the largest commit sequence number committed so far
   low_watermark bigint not null default 0, -- the largest sequence number of a pruned tombstone
   applied_total bigint not null default 0,
   replayed_total bigint not null default 0,
@@ -120,6 +124,22 @@ $$;
 
 -- Commit sequence numbers: one per committing transaction that changed a synced table.
 create sequence if not exists kizuna.commit_seq as bigint;
+
+-- The numbers of committed transactions that changed a synced table; the largest visible one is the
+-- horizon (kizuna.horizon()). Each transaction inserts its own row instead of updating one shared
+-- row, so a plain-SQL writer at REPEATABLE READ or SERIALIZABLE never fails to commit just because
+-- another synced transaction committed after its snapshot. The reaper keeps only the newest row.
+create table if not exists kizuna.commits (seq bigint primary key);
+-- Earlier pack versions kept the horizon in kizuna.state: carry it over once.
+do $$
+begin
+  if exists (select 1 from information_schema.columns
+              where table_schema = 'kizuna' and table_name = 'state' and column_name = 'horizon') then
+    insert into kizuna.commits (seq) select horizon from kizuna.state where horizon > 0 on conflict do nothing;
+    alter table kizuna.state drop column horizon;
+  end if;
+end
+$$;
 
 -- Registry of synced tables. Filled by kizuna.register_table (003_registry.sql).
 create table if not exists kizuna.synced_tables (

@@ -1,4 +1,4 @@
--- Kizuna SQL pack, file 4 of 7: the commit fence.
+-- Kizuna SQL pack, file 4 of 8: the commit fence.
 --
 -- Every transaction that changes a synced table is numbered when it commits, and such
 -- transactions commit one at a time:
@@ -10,13 +10,19 @@
 --      number from kizuna.commit_seq and writes the change log. The lock is released only after the
 --      commit is visible, so the next numbered transaction becomes visible after this one:
 --      numbering order is visibility order, and the largest number a snapshot can see (the
---      horizon) is never undercut by a later commit.
+--      horizon, the largest row of kizuna.commits) is never undercut by a later commit.
 -- A push draws its number early with kizuna.fence_now() so that its verdicts can carry it; that
 -- only starts holding the lock a little before commit. Plain SQL writes go through the same
 -- triggers and are numbered the same way. NOTIFY kizuna_wake is delivered at commit, if any.
 
 create or replace function kizuna.fence_lock_key() returns bigint language sql immutable as
   'select 7583421590113001';
+
+-- The horizon: the largest commit number visible to the calling statement's snapshot.
+create or replace function kizuna.horizon() returns bigint
+language sql stable security definer set search_path = pg_catalog as $$
+  select coalesce(max(seq), 0) from kizuna.commits
+$$;
 
 -- Takes the fence lock and returns this transaction's commit number, drawing it on first use.
 create or replace function kizuna.fence_now() returns bigint
@@ -31,7 +37,7 @@ begin
   perform pg_advisory_xact_lock(kizuna.fence_lock_key());
   s := nextval('kizuna.commit_seq');
   perform set_config('kizuna.tx_seq', pg_current_xact_id()::text || ':' || s, true);
-  update kizuna.state set horizon = s;
+  insert into kizuna.commits (seq) values (s);
   perform pg_notify('kizuna_wake', json_build_object('horizon', s)::text);
   return s;
 end

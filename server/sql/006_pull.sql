@@ -1,4 +1,4 @@
--- Kizuna SQL pack, file 6 of 7: pull.
+-- Kizuna SQL pack, file 6 of 8: pull.
 --
 -- Cursor grammar, version 1 (opaque to clients; only this file parses it):
 --
@@ -11,14 +11,15 @@
 --   hex(x)     = lowercase hex of x's UTF-8 bytes (possibly empty)
 --
 -- A run starts from null (from = 0) or from a checkpoint, fixes its horizon (the largest commit
--- number committed when it starts, kizuna.state.horizon, which the fence keeps) and carries both
+-- number committed when it starts, kizuna.horizon(), which the fence keeps) and carries both
 -- in every position cursor, so the horizon and the starting checkpoint stay fixed for all pages.
 -- Entries `from < seq <= horizon` come in (seq, table, pk, bucket) order, bytewise. The page that
 -- reaches the end has done: true and the checkpoint cursor "kz1.<epoch>.<horizon>".
 --
 -- Lifecycle signals (answered with no entries, done: true, cursor "kz1.<epoch>.0"):
 --   CHECKPOINT_EXPIRED  from > 0 and from < kizuna.state.low_watermark (a tombstone after `from` was
---                       pruned), judged on every page of the run; a run from null always completes.
+--                       pruned), judged on every page of the run, before and again after the page
+--                       is collected; a run from null always completes.
 --   SERVER_RESET        the cursor names another epoch (the database was reset, restored or copied,
 --                       or kizuna.new_epoch() was called) or a position beyond this server's history.
 -- Either way the client discards its local snapshot and pulls again from null.
@@ -35,7 +36,7 @@ create or replace function kizuna.unhex(h text) returns text language sql immuta
 
 create or replace function kizuna.pull_state(out epoch text, out horizon bigint, out low_watermark bigint)
 language sql stable security definer set search_path = pg_catalog as $$
-  select epoch, horizon, low_watermark from kizuna.state
+  select epoch, kizuna.horizon(), low_watermark from kizuna.state
 $$;
 
 -- The next candidate entries of a run, in order, from the requested buckets (rows not yet rendered).
@@ -238,6 +239,13 @@ begin
     pos_bucket := batch[cardinality(batch)].bucket;
     exit when jsonb_array_length(entries) > lim or cardinality(batch) <= lim;
   end loop;
+
+  -- Each statement here reads its own snapshot, so the reaper may have pruned a tombstone of this
+  -- run after the check above and before the scan that would have found it. Judge the run again
+  -- now that the page is collected: a page never closes a run past a delete it could not see.
+  if run_from > 0 and run_from < (select s.low_watermark from kizuna.pull_state() s) then
+    return kizuna.lifecycle_page('CHECKPOINT_EXPIRED');
+  end if;
 
   if jsonb_array_length(entries) > lim then
     entries := (select jsonb_agg(e order by o) from jsonb_array_elements(entries) with ordinality a(e, o) where o <= lim);

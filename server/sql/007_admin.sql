@@ -1,12 +1,14 @@
--- Kizuna SQL pack, file 7 of 7: retention (the reaper), status, epochs and privileges.
+-- Kizuna SQL pack, file 7 of 8: retention (the reaper), status, epochs and privileges.
 
 -- Prunes what is past retention, durably (plain committed deletes and counters: a restart keeps
--- them). Runs under the fence lock so the low watermark moves between two commits, never across one.
+-- them). The tombstone part runs under the fence lock so the low watermark moves between two
+-- commits, never across one; the ledger part runs before it takes that lock.
 --   ledger entries older than ledger_retention; each client's pruned_seq rises to the highest
 --     client_seq pruned, so a replay of a pruned mutation answers SKIPPED, never a second effect;
 --   tombstones older than tombstone_retention; the low watermark rises to the highest pruned
 --     tombstone's seq, and a run starting from a checkpoint below it gets CHECKPOINT_EXPIRED;
---   conflict-journal entries older than journal_retention.
+--   conflict-journal entries older than journal_retention;
+--   commit numbers below the horizon (kizuna.commits keeps the newest only).
 -- The optional arguments override the settings' retention for this one run (an operator reaping
 -- now, a test forcing expiry); null keeps the setting.
 drop function if exists kizuna.reap();
@@ -21,10 +23,12 @@ declare
   journal_n bigint;
   lw bigint;
 begin
-  perform pg_advisory_xact_lock(kizuna.fence_lock_key());
   select * into cfg from kizuna.settings;
   cfg.tombstone_retention := coalesce(reap.tombstone_retention, cfg.tombstone_retention);
   cfg.ledger_retention := coalesce(reap.ledger_retention, cfg.ledger_retention);
+
+  -- The ledger first, before the fence lock: a push locks its client row and then takes the fence
+  -- lock, so a reaper holding the fence lock while it waits for client rows would deadlock with it.
 
   with gone as (
     delete from kizuna.ledger where created_at <= now() - cfg.ledger_retention and verdict is not null
@@ -38,14 +42,21 @@ begin
   )
   select coalesce(sum(n), 0) into ledger_n from bumped;
 
+  perform pg_advisory_xact_lock(kizuna.fence_lock_key());
+
   with gone as (
     delete from kizuna.changes where deleted and changed_at <= now() - cfg.tombstone_retention
     returning seq
   )
   select count(*), max(seq) into tomb_n, tomb_max from gone;
 
-  delete from kizuna.conflicts where created_at <= now() - cfg.journal_retention and recorded_seq is not null;
+  -- Entries that never got a number (their row was in no bucket, so no commit delivered them) age
+  -- out the same way.
+  delete from kizuna.conflicts where created_at <= now() - cfg.journal_retention;
   get diagnostics journal_n = row_count;
+
+  -- Only the newest commit number is needed for the horizon.
+  delete from kizuna.commits where seq < (select max(seq) from kizuna.commits);
 
   update kizuna.state
      set low_watermark = greatest(low_watermark, coalesce(tomb_max, 0)),
@@ -64,7 +75,7 @@ create or replace function kizuna.status() returns jsonb
 language sql stable security definer set search_path = pg_catalog as $$
   select jsonb_build_object(
     'epoch', s.epoch,
-    'horizon', s.horizon,
+    'horizon', kizuna.horizon(),
     'low_watermark', s.low_watermark,
     'ledger_size', (select count(*) from kizuna.ledger),
     'tombstones', (select count(*) from kizuna.changes where deleted),

@@ -39,7 +39,7 @@ async fn a_batch_pushed_three_times_has_one_effect() {
 
     let first = db.push(&alice, request.clone()).await.unwrap();
     assert_eq!(statuses(&first), ["APPLIED"; 3]);
-    let horizon: i64 = db.one("select horizon from kizuna.state").await;
+    let horizon: i64 = db.one("select kizuna.horizon()").await;
     for _ in 0..2 {
         let again = db.push(&alice, request.clone()).await.unwrap();
         for (a, b) in first["verdicts"].as_array().unwrap().iter().zip(again["verdicts"].as_array().unwrap()) {
@@ -50,7 +50,7 @@ async fn a_batch_pushed_three_times_has_one_effect() {
         assert_eq!(again["last_mutation_id"], 3);
     }
     assert_eq!(db.one::<i64>("select count(*) from public.effects").await, 3);
-    assert_eq!(db.one::<i64>("select horizon from kizuna.state").await, horizon, "no new commit numbered");
+    assert_eq!(db.one::<i64>("select kizuna.horizon()").await, horizon, "no new commit numbered");
 }
 
 #[tokio::test]

@@ -62,7 +62,7 @@ async fn a_committed_change_wakes_listeners_with_the_horizon_and_no_row_data() {
     db.exec("insert into public.todos (id, owner, title) values ('w1', gen_random_uuid(), 'secret title')").await;
     let (channel, payload) = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.unwrap().unwrap();
     assert_eq!(channel, "kizuna_wake");
-    let horizon: i64 = db.one("select horizon from kizuna.state").await;
+    let horizon: i64 = db.one("select kizuna.horizon()").await;
     assert_eq!(serde_json::from_str::<Value>(&payload).unwrap(), json!({"horizon": horizon}));
     assert!(!payload.contains("secret") && !payload.contains("w1"));
     assert!(tokio::time::timeout(Duration::from_millis(200), rx.recv()).await.is_err(), "one wake per commit");
@@ -86,6 +86,6 @@ async fn status_reports_durable_figures() {
     assert_eq!(status["tombstones"], 1);
     assert_eq!(status["clients"], 1);
     assert_eq!(status["low_watermark"], 0);
-    assert_eq!(status["horizon"], db.one::<i64>("select horizon from kizuna.state").await);
+    assert_eq!(status["horizon"], db.one::<i64>("select kizuna.horizon()").await);
     assert!(status["epoch"].as_str().unwrap().len() == 16);
 }

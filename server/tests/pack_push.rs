@@ -15,7 +15,7 @@ async fn footprint(db: &TestDb) -> Value {
         "select jsonb_build_object('todos', (select count(*) from public.todos),
                                    'ledger', (select count(*) from kizuna.ledger),
                                    'changes', (select count(*) from kizuna.changes),
-                                   'horizon', (select horizon from kizuna.state))",
+                                   'horizon', kizuna.horizon())",
     )
     .await
 }
