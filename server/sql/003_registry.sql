@@ -7,7 +7,7 @@
 -- Admin only: EXECUTE is revoked from the API roles (see 007_admin.sql).
 
 -- Bump when the capture template changes: installs recompile every registered table once.
-create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 3';
+create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 4';
 
 create or replace function kizuna.compile_table(table_name text) returns void
 language plpgsql security definer set search_path = pg_catalog, public as $$
@@ -29,17 +29,18 @@ begin
   $f$, 'bucket_' || oid_, t.rel, replace(t.bucket_expr, '''', ''''''));
 
   -- Which columns a write assigned (versioned tables keep per-column versions): what a push
-  -- names (kizuna.insert_cols / kizuna.update_cols, set by push); for plain SQL, the non-null
-  -- columns of an INSERT and the changed columns of an UPDATE.
+  -- names (kizuna.insert_cols / kizuna.update_cols, set by push, '' outside it); for plain SQL,
+  -- the non-null columns of an INSERT and the changed columns of an UPDATE. (An array() over no
+  -- setting is empty, not null, so the setting itself decides which applies.)
   cols_expr := case when not versioned then 'null'
     else $c$case tg_op
-      when 'INSERT' then coalesce(
-        (select array(select jsonb_array_elements_text(nullif(current_setting('kizuna.insert_cols', true), '')::jsonb))),
-        array(select n.key from jsonb_each(to_jsonb(new)) n where n.value <> 'null'))
-      when 'UPDATE' then coalesce(
-        (select array(select jsonb_array_elements_text(nullif(current_setting('kizuna.update_cols', true), '')::jsonb))),
-        array(select n.key from jsonb_each(to_jsonb(new)) n join jsonb_each(to_jsonb(old)) o using (key)
-               where n.value is distinct from o.value))
+      when 'INSERT' then case when coalesce(current_setting('kizuna.insert_cols', true), '') = ''
+        then array(select n.key from jsonb_each(to_jsonb(new)) n where n.value <> 'null')
+        else array(select jsonb_array_elements_text(current_setting('kizuna.insert_cols', true)::jsonb)) end
+      when 'UPDATE' then case when coalesce(current_setting('kizuna.update_cols', true), '') = ''
+        then array(select n.key from jsonb_each(to_jsonb(new)) n join jsonb_each(to_jsonb(old)) o using (key)
+                    where n.value is distinct from o.value)
+        else array(select jsonb_array_elements_text(current_setting('kizuna.update_cols', true)::jsonb)) end
     end$c$ end;
 
   execute format($f$

@@ -312,6 +312,12 @@ begin
     if t.conflict_mode = 'hlc' or t.journal then
       -- Concurrent pushes to one key decide per-column order one after another.
       perform pg_advisory_xact_lock(hashtext('kizuna.key'), hashtext(t.name || ':' || key));
+      -- Plain SQL writers take no key lock: wait for the row itself, so that a write committing
+      -- meanwhile is in the versions read next, and is not overwritten by an older clock.
+      if has_table_privilege(t.rel, 'UPDATE') then
+        execute format('select 1 from %s t where t.%I = cast($1 as %s) for update', t.rel, t.pk_column, key_type)
+          using key;
+      end if;
       versions := kizuna.versions_of(t.name, key);
       current_row := kizuna.render_row(t.rel, t.pk_column, key);
     end if;

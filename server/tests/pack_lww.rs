@@ -120,4 +120,11 @@ async fn hlc_mode_orders_each_column_by_the_clamped_origin_clock() {
     let later = with(mutation(2, "notes", "n1", "patch", json!({"title": "honest"})), "hlc", json!(hlc(now_ms + 60_000, 9999, "laptop")));
     db.push(&alice, push_request(LAPTOP, vec![later])).await.unwrap();
     assert_eq!(db.one::<String>("select title from public.notes").await, "honest");
+
+    // A plain SQL write is stamped with server time at its commit, and takes part in the order:
+    // an edit made offline before it loses the column to it.
+    db.exec("update public.notes set body = 'from a job'").await;
+    let stale = with(mutation(3, "notes", "n1", "patch", json!({"body": "offline"})), "hlc", json!(hlc(now_ms - 500, 0, "phone")));
+    db.push(&alice, push_request(PHONE, vec![stale])).await.unwrap();
+    assert_eq!(db.one::<String>("select body from public.notes").await, "from a job");
 }

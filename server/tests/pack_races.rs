@@ -115,3 +115,37 @@ async fn a_repeatable_read_writer_commits_after_another_synced_commit() {
     assert_eq!(keys, ["mine", "other"]);
 }
 
+#[tokio::test]
+async fn in_hlc_mode_a_push_waits_for_a_plain_sql_write_before_ordering_columns() {
+    let Some(db) = TestDb::new().await else { return };
+    db.exec(
+        "create table public.docs (id text primary key, owner uuid not null default auth.uid(), body text);
+         alter table public.docs enable row level security;
+         create policy docs_own on public.docs for all using (owner = auth.uid()) with check (owner = auth.uid());
+         grant all on public.docs to authenticated;
+         select kizuna.register_table('public.docs', bucket => $$'user:' || owner$$, conflict_mode => 'hlc');",
+    )
+    .await;
+    let alice = Caller::user(ALICE);
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let with_clock = |mut m: Value, ms: i64| {
+        m["hlc"] = json!(format!("{ms:013}-0000-device"));
+        m
+    };
+    let first = with_clock(mutation(1, "docs", "d1", "upsert", json!({"body": "v0"})), now_ms - 20_000);
+    db.push(&alice, push_request(DEVICE, vec![first])).await.unwrap();
+
+    // A job edits the row in plain SQL and commits while a push of an edit made offline five
+    // seconds ago waits for the row: the job's commit is the later clock.
+    let job = db.connect().await;
+    job.batch_execute("begin; update public.docs set body = 'job' where id = 'd1'").await.unwrap();
+    let pusher = db.connect().await;
+    let offline = with_clock(mutation(2, "docs", "d1", "patch", json!({"body": "offline"})), now_ms - 5_000);
+    let push = tokio::spawn(async move { call_as(&pusher, &alice, "kizuna_push", push_request(DEVICE, vec![offline])).await });
+    until_blocked(&db, 1).await;
+    job.batch_execute("commit").await.unwrap();
+
+    assert_eq!(statuses(&push.await.unwrap().unwrap()), ["APPLIED"]);
+    assert_eq!(db.one::<String>("select body from public.docs where id = 'd1'").await, "job",
+               "the older clock loses the column, though its push arrived last");
+}
