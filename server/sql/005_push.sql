@@ -173,10 +173,13 @@ $$;
 
 -- The state of a key for push, without revealing anything: 'live' (it has a live entry), 'deleted'
 -- (tombstones only) or 'unknown'; and, for 'deleted', the row images of the tombstones this client
--- was served a live copy of: the DELETE_WINS rule is that the client was served bucket B to a
--- horizon at which the row was live in B (entered_seq <= served_to < tombstone seq) with a
--- complete view of B (joined < entered_seq). The caller's SELECT policy must then render the image.
-create or replace function kizuna.key_state(table_name text, key text, client uuid,
+-- was served a live copy of. The DELETE_WINS rule: the client has a complete view of bucket B from
+-- before the row entered it (joined < entered_seq), and a checkpoint of the client's stood where the
+-- row was live in B: its latest one (entered_seq <= served_to < tombstone seq), or the one the write
+-- was made on (entered_seq <= read_seq < tombstone seq, read_seq <= served_to). The caller's SELECT
+-- policy must then render the image.
+drop function if exists kizuna.key_state(text, text, uuid);
+create or replace function kizuna.key_state(table_name text, key text, client uuid, read_seq bigint,
                                             out state text, out seen_images jsonb)
 language plpgsql security definer set search_path = pg_catalog as $$
 begin
@@ -187,7 +190,9 @@ begin
     select jsonb_agg(c.image) into seen_images
       from kizuna.changes c join kizuna.client_buckets b on b.client_id = client and b.bucket = c.bucket
      where c.tbl = table_name and c.pk = key and c.deleted and c.image is not null
-       and b.joined < c.entered_seq and c.entered_seq <= b.served_to and b.served_to < c.seq;
+       and b.joined < c.entered_seq
+       and ((c.entered_seq <= b.served_to and b.served_to < c.seq)
+            or (c.entered_seq <= read_seq and read_seq < c.seq and read_seq <= b.served_to));
   else
     state := 'unknown';
   end if;
@@ -298,6 +303,17 @@ begin
   if t.name is null then
     return kizuna.rejected(m, 'SCHEMA_MISMATCH');
   end if;
+  key_type := kizuna.column_type(t.rel, t.pk_column);
+  -- One spelling per key: the change log, the column versions and the key locks compare keys as
+  -- text, so a uuid or number sent in another spelling (upper case, leading zeros) must not read as
+  -- a key never seen, which would resurrect a deleted row or bypass its column order.
+  if key_type <> 'text' then
+    begin
+      execute format('select cast($1 as %s)::text', key_type) into key using key;
+    exception when data_exception then
+      return kizuna.rejected(m, 'SCHEMA_MISMATCH');
+    end;
+  end if;
   writable := kizuna.writable_columns(t.rel);
   if op <> 'delete' then
     if exists (select 1 from jsonb_object_keys(cols) k where not writable ? k)
@@ -306,7 +322,6 @@ begin
     end if;
     cols := cols || jsonb_build_object(t.pk_column, key);
   end if;
-  key_type := kizuna.column_type(t.rel, t.pk_column);
 
   begin
     if t.conflict_mode = 'hlc' or t.journal then
@@ -321,7 +336,7 @@ begin
       versions := kizuna.versions_of(t.name, key);
       current_row := kizuna.render_row(t.rel, t.pk_column, key);
     end if;
-    ks := kizuna.key_state(t.name, key, client);
+    ks := kizuna.key_state(t.name, key, client, (m ->> 'read_seq')::bigint);
     if ks.state = 'deleted' and op = 'upsert' then
       return kizuna.tombstone_verdict(m, t, ks.seen_images);
     end if;

@@ -170,3 +170,35 @@ async fn a_future_apply_after_is_delayed_and_stores_nothing() {
     assert_eq!(statuses(&response), ["APPLIED"]);
     assert_eq!(db.one::<i64>("select count(*) from public.todos where id = 'd1'").await, 1);
 }
+
+#[tokio::test]
+async fn a_key_sent_in_another_spelling_is_the_same_key() {
+    let Some(db) = TestDb::new().await else { return };
+    db.exec(
+        "create table public.tags (id uuid primary key, owner uuid not null default auth.uid(), label text);
+         alter table public.tags enable row level security;
+         create policy tags_own on public.tags for all using (owner = auth.uid()) with check (owner = auth.uid());
+         grant all on public.tags to authenticated;
+         select kizuna.register_table('public.tags', bucket => $$'user:' || owner$$);",
+    )
+    .await;
+    let alice = Caller::user(ALICE);
+    let bucket = format!("user:{ALICE}");
+    let key = "0a0b0c0d-1e2f-4a4b-8c8d-9e9fa0a1b2c3";
+    let shouted = key.to_uppercase();
+    let r = db.push(&alice, push_request(DEVICE, vec![mutation(1, "tags", key, "upsert", json!({"label": "x"}))])).await.unwrap();
+    assert_eq!(statuses(&r), ["APPLIED"]);
+    let run = support::db::pull_run(db.client(), &alice, DEVICE, None, &[&bucket], 10).await.unwrap();
+    let r = db.push(&alice, push_request(DEVICE, vec![mutation(2, "tags", &shouted, "delete", Value::Null)])).await.unwrap();
+    assert_eq!(statuses(&r), ["APPLIED"], "the upper-case spelling names the same row");
+    assert_eq!(db.one::<i64>("select count(*) from public.tags").await, 0);
+
+    let mut again = mutation(3, "tags", &shouted, "upsert", json!({"label": "back"}));
+    again["read_seq"] = json!(run.horizon);
+    let r = db.push(&alice, push_request(DEVICE, vec![again])).await.unwrap();
+    assert_eq!(statuses(&r), ["REJECTED:DELETE_WINS"], "another spelling never resurrects a deleted key");
+    assert_eq!(db.one::<i64>("select count(*) from public.tags").await, 0);
+
+    let r = db.push(&alice, push_request(DEVICE, vec![mutation(4, "tags", "not-a-uuid", "upsert", json!({"label": "y"}))])).await.unwrap();
+    assert_eq!(statuses(&r), ["REJECTED:SCHEMA_MISMATCH"]);
+}

@@ -108,6 +108,24 @@ async fn delete_wins_only_for_a_caller_who_pulled_the_live_row() {
     assert_eq!(run.entries[0]["pk"], "t1");
     let bob_run = pull_run(db.client(), &bob, BOB_PHONE, Some(&phone_run.checkpoint), &[&ab], 100).await.unwrap();
     assert!(bob_run.entries.is_empty());
+
+    // The phone has now pulled the tombstone. A write it made while its checkpoint still held the
+    // live row (queued before that pull) is still told DELETE_WINS; a write made after the delete
+    // reached it concerns a key it knows is gone, and learns nothing new.
+    let made_before = {
+        let mut m = mutation(4, "todos", "t1", "patch", json!({"done": false}));
+        m["read_seq"] = json!(phone_run.horizon);
+        m
+    };
+    let response = db.push(&alice, push_request(ALICE_PHONE, vec![made_before])).await.unwrap();
+    assert_eq!(statuses(&response), ["REJECTED:DELETE_WINS"]);
+    let made_after = {
+        let mut m = mutation(5, "todos", "t1", "patch", json!({"done": false}));
+        m["read_seq"] = json!(run.horizon);
+        m
+    };
+    let response = db.push(&alice, push_request(ALICE_PHONE, vec![made_after])).await.unwrap();
+    assert_eq!(statuses(&response), ["REJECTED:RLS_DENIED"]);
 }
 
 #[tokio::test]
