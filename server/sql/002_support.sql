@@ -13,10 +13,12 @@ begin
 end
 $$;
 
--- Who is calling: the JWT's sub, else the role (anon, service_role without a sub).
+-- Who is calling: the JWT's sub, else the role the request runs as ('role:anon', 'role:postgres').
+-- It reads the role setting rather than current_user so that it names the same caller inside the
+-- pack's SECURITY DEFINER helpers and triggers, where current_user is the pack's owner.
 create or replace function kizuna.caller() returns text language sql stable as $$
   select coalesce(nullif(current_setting('request.jwt.claims', true), '')::jsonb ->> 'sub',
-                  'role:' || current_user)
+                  'role:' || coalesce(nullif(current_setting('role'), 'none'), session_user))
 $$;
 
 -- Hybrid logical clocks, client format <13-digit ms>-<4-digit counter>-<node>, ordered lexically.

@@ -49,8 +49,7 @@ begin
     declare
       x xid8 := pg_current_xact_id();
       ob text; nb text; opk text; npk text; cols text[];
-      who text := coalesce(nullif(current_setting('request.jwt.claims', true), '')::jsonb ->> 'sub',
-                           'sql:' || session_user);
+      who text := kizuna.caller();  -- the same name a push records for its caller
       h text := nullif(current_setting('kizuna.hlc', true), '');
     begin
       if tg_op <> 'INSERT' then ob := kizuna.%2$I(old); opk := old.%3$I::text; end if;

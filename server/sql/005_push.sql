@@ -120,12 +120,27 @@ $$;
 
 -- ---------------------------------------------------------------------------------------------
 -- Bookkeeping helpers (SECURITY DEFINER: callers have no rights on kizuna's tables).
+--
+-- The API roles may execute these, since the entry points run as the caller and call them. So none
+-- takes the caller's identity as an argument: it is kizuna.caller(), from the request's claims, and
+-- a helper acting for a client id first checks that the client belongs to the caller.
+
+create or replace function kizuna.check_own_client(client uuid) returns void
+language plpgsql stable security definer set search_path = pg_catalog as $$
+begin
+  if not exists (select 1 from kizuna.clients k where k.client_id = client and k.owner = kizuna.caller()) then
+    perform kizuna.fail('KZP01', 'client_id belongs to another user', null, 'generate a client id per user and device');
+  end if;
+end
+$$;
 
 -- Binds a client id to its caller and locks the client's row for this push: pushes of one client
 -- run one after another. A client id owned by another caller is KZP01.
-create or replace function kizuna.touch_client(client uuid, who text, for_push boolean) returns kizuna.clients
+drop function if exists kizuna.touch_client(uuid, text, boolean);
+create or replace function kizuna.touch_client(client uuid, for_push boolean) returns kizuna.clients
 language plpgsql security definer set search_path = pg_catalog as $$
 declare
+  who text := kizuna.caller();
   c kizuna.clients;
 begin
   if for_push then
@@ -148,6 +163,7 @@ language plpgsql security definer set search_path = pg_catalog as $$
 declare
   l kizuna.ledger;
 begin
+  perform kizuna.check_own_client(client);
   select * into l from kizuna.ledger where id = mutation;
   if l.id is null then
     return null;
@@ -165,6 +181,7 @@ language plpgsql security definer set search_path = pg_catalog as $$
 declare
   claimed uuid;
 begin
+  perform kizuna.check_own_client(client);
   insert into kizuna.ledger (id, client_id, client_seq) values (mutation, client, cseq)
   on conflict (id) do nothing returning id into claimed;
   return claimed is not null;
@@ -183,6 +200,7 @@ create or replace function kizuna.key_state(table_name text, key text, client uu
                                             out state text, out seen_images jsonb)
 language plpgsql security definer set search_path = pg_catalog as $$
 begin
+  perform kizuna.check_own_client(client);
   if exists (select 1 from kizuna.changes c where c.tbl = table_name and c.pk = key and not c.deleted) then
     state := 'live';
   elsif exists (select 1 from kizuna.changes c where c.tbl = table_name and c.pk = key) then
@@ -206,12 +224,14 @@ language sql stable security definer set search_path = pg_catalog as $$
     from kizuna.column_versions v where v.tbl = table_name and v.pk = key
 $$;
 
--- Records a conflict; numbered by the fence at commit (winner_seq null: this transaction's number).
+-- Records a conflict the caller took part in; numbered by the fence at commit (winner_seq null:
+-- this transaction's number).
 create or replace function kizuna.journal_add(table_name text, key text, col text, loser jsonb, winner jsonb,
                                               loser_seq bigint, winner_seq bigint, loser_by text, winner_by text)
 returns void language sql security definer set search_path = pg_catalog as $$
   insert into kizuna.conflicts (tbl, pk, col, loser, winner, loser_seq, winner_seq, loser_by, winner_by, xid)
-  values (table_name, key, col, loser, winner, loser_seq, winner_seq, loser_by, winner_by, pg_current_xact_id())
+  select table_name, key, col, loser, winner, loser_seq, winner_seq, loser_by, winner_by, pg_current_xact_id()
+   where kizuna.caller() in (loser_by, winner_by)
 $$;
 
 -- Numbers the push (when it applied anything), records its verdicts, advances the client's
@@ -223,6 +243,7 @@ declare
   out_verdicts jsonb;
   lmid bigint;
 begin
+  perform kizuna.check_own_client(client);
   if exists (select 1 from jsonb_array_elements(verdicts) v
               where v ->> 'status' = 'APPLIED' and (v ->> '_fresh')::boolean) then
     s := kizuna.fence_now();
@@ -508,7 +529,7 @@ declare
 begin
   perform kizuna.check_push_request(request);
   who := kizuna.caller();
-  c := kizuna.touch_client((request ->> 'client_id')::uuid, who, true);
+  c := kizuna.touch_client((request ->> 'client_id')::uuid, true);
   muts := request -> 'mutations';
   n := jsonb_array_length(muts);
   verdicts := array_fill(null::jsonb, array[greatest(n, 1)]);

@@ -59,16 +59,20 @@ $$;
 
 -- Records that a run was served to completion for these buckets (the DELETE_WINS rule in 005).
 create or replace function kizuna.record_served(client uuid, buckets text[], run_from bigint, horizon bigint)
-returns void language sql security definer set search_path = pg_catalog as $$
+returns void language plpgsql security definer set search_path = pg_catalog as $$
+begin
+  perform kizuna.check_own_client(client);
   insert into kizuna.client_buckets as cb (client_id, bucket, joined, served_to)
   select client, b, run_from, horizon from (select distinct b from unnest(buckets) b) d
   on conflict (client_id, bucket) do update
     set joined = case when excluded.joined = 0 then 0 else cb.joined end,
-        served_to = greatest(cb.served_to, excluded.served_to)
+        served_to = greatest(cb.served_to, excluded.served_to);
+end
 $$;
 
 -- The caller's conflict-journal entries recorded in (run_from, horizon], for the closing page.
-create or replace function kizuna.conflicts_for(who text, run_from bigint, horizon bigint) returns jsonb
+drop function if exists kizuna.conflicts_for(text, bigint, bigint);
+create or replace function kizuna.conflicts_for(run_from bigint, horizon bigint) returns jsonb
 language sql stable security definer set search_path = pg_catalog as $$
   select jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
            'table', c.tbl, 'pk', c.pk, 'column', c.col, 'loser_seq', c.loser_seq, 'winner_seq', c.winner_seq,
@@ -76,7 +80,7 @@ language sql stable security definer set search_path = pg_catalog as $$
          order by c.recorded_seq, c.id)
     from kizuna.conflicts c
    where c.recorded_seq > run_from and c.recorded_seq <= horizon
-     and (c.loser_by = who or c.winner_by = who)
+     and kizuna.caller() in (c.loser_by, c.winner_by)
 $$;
 
 -- Renders candidate entries as the caller; returns the visible ones as wire entries, in order.
@@ -146,7 +150,6 @@ create or replace function public.kizuna_pull(request jsonb) returns jsonb
 language plpgsql set search_path = pg_catalog, public as $$
 declare
   st record;
-  who text;
   c kizuna.clients;
   buckets text[];
   lim integer;
@@ -178,8 +181,7 @@ begin
   end if;
   buckets := array(select jsonb_array_elements_text(request -> 'buckets'));
   lim := least((request ->> 'limit')::bigint, (select max_pull_limit from kizuna.settings));
-  who := kizuna.caller();
-  c := kizuna.touch_client((request ->> 'client_id')::uuid, who, false);
+  c := kizuna.touch_client((request ->> 'client_id')::uuid, false);
   st := kizuna.pull_state();
 
   -- The cursor: where this page starts, and the run's starting checkpoint and horizon.
@@ -260,7 +262,7 @@ begin
   page := jsonb_build_object('entries', entries, 'done', true, 'horizon', horizon,
                              'cursor', format('kz1.%s.%s', st.epoch, horizon));
   if exists (select 1 from kizuna.synced_tables where journal) then
-    conflicts := kizuna.conflicts_for(who, run_from, horizon);
+    conflicts := kizuna.conflicts_for(run_from, horizon);
     if conflicts is not null then
       page := page || jsonb_build_object('conflicts', conflicts);
     end if;

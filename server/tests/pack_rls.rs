@@ -4,7 +4,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::db::{mutation, pull_request, pull_run, push_request, statuses, Caller, TestDb};
+use support::db::{mutation, pull_request, pull_run, push_request, sql_as, statuses, Caller, TestDb};
 
 const ALICE: &str = "a11ce000-0000-4000-8000-000000000001";
 const BOB: &str = "b0b00000-0000-4000-8000-000000000002";
@@ -126,6 +126,37 @@ async fn delete_wins_only_for_a_caller_who_pulled_the_live_row() {
     };
     let response = db.push(&alice, push_request(ALICE_PHONE, vec![made_after])).await.unwrap();
     assert_eq!(statuses(&response), ["REJECTED:RLS_DENIED"]);
+}
+
+#[tokio::test]
+async fn the_pack_helpers_act_only_for_the_callers_own_clients() {
+    let Some(db) = TestDb::with_todos().await else { return };
+    let (alice, bob) = (Caller::user(ALICE), Caller::user(BOB));
+    let ab = bucket(ALICE);
+    let first = mutation(1, "todos", "t1", "upsert", json!({"title": "private"}));
+    let id = first["id"].as_str().unwrap().to_string();
+    db.push(&alice, push_request(ALICE_PHONE, vec![first])).await.unwrap();
+    pull_run(db.client(), &alice, ALICE_PHONE, None, &[&ab], 100).await.unwrap();
+    db.push(&alice, push_request(ALICE_PHONE, vec![mutation(2, "todos", "t1", "delete", Value::Null)])).await.unwrap();
+    db.pull(&bob, pull_request(BOB_PHONE, None, &[], 10)).await.unwrap();
+
+    // The entry points call these helpers as the caller, so bob may execute them; naming alice's
+    // client gets him a refusal, not her ledger, her deleted rows or a say in what she was served.
+    for expr in [
+        format!("kizuna.ledger_lookup('{id}', '{ALICE_PHONE}')"),
+        format!("kizuna.ledger_claim(gen_random_uuid(), '{ALICE_PHONE}', 99)"),
+        format!("kizuna.key_state('todos', 't1', '{ALICE_PHONE}', 0)"),
+        format!("kizuna.record_served('{ALICE_PHONE}', array['{ab}'], 0, 1000)"),
+        format!("kizuna.finish_push('{ALICE_PHONE}', '[]')"),
+    ] {
+        let refused = sql_as(db.client(), &bob, &expr).await.expect_err(&expr);
+        assert_eq!(refused.code, "KZP01", "{expr}: {refused:?}");
+    }
+    let journal = sql_as(db.client(), &bob, "kizuna.conflicts_for(0, 1000000)").await.unwrap();
+    assert_eq!(journal, Value::Null, "bob's journal view is his own");
+    sql_as(db.client(), &bob, &format!(
+        "kizuna.journal_add('todos', 't1', 'title', '\"x\"', '\"y\"', 1, 2, '{ALICE}', 'someone')")).await.unwrap();
+    assert_eq!(db.one::<i64>("select count(*) from kizuna.conflicts").await, 0, "no entry in others' names");
 }
 
 #[tokio::test]

@@ -207,6 +207,23 @@ pub async fn call_raw_as(client: &Client, caller: &Caller, function: &str, reque
     }
 }
 
+/// Runs `select to_jsonb((<expr>))` as `caller`, in one transaction: what a caller with a SQL
+/// session (or a schema exposed by mistake) could run directly.
+pub async fn sql_as(client: &Client, caller: &Caller, expr: &str) -> Result<Value, SqlError> {
+    client.batch_execute("begin").await.expect("begin");
+    let result = async {
+        client.batch_execute(&format!("set local role {}", caller.role)).await?;
+        client
+            .execute("select set_config('request.jwt.claims', $1, true)", &[&caller.claims.to_string()])
+            .await?;
+        let row = client.query_one(&format!("select to_jsonb(({expr}))"), &[]).await?;
+        Ok::<Value, tokio_postgres::Error>(row.get::<_, Option<Value>>(0).unwrap_or(Value::Null))
+    }
+    .await;
+    let _ = client.batch_execute("rollback").await;
+    result.map_err(to_sql_error)
+}
+
 fn to_sql_error(e: tokio_postgres::Error) -> SqlError {
     match e.as_db_error() {
         Some(db) => SqlError { code: db.code().code().to_string(), message: db.message().to_string() },
