@@ -426,9 +426,15 @@ begin
     end if;
 
     if t.gate is not null then
-      execute (select format('select %I.%I($1, $2)', n.nspname, p.proname)
-                 from pg_proc p join pg_namespace n on n.oid = p.pronamespace where p.oid = t.gate)
-        into ok using op, result;
+      -- A gate refuses by returning false, or by raising: KZV01, or a plain RAISE EXCEPTION (P0001),
+      -- which is how a gate written in plpgsql says no. Any other error is a fault of the gate.
+      begin
+        execute (select format('select %I.%I($1, $2)', n.nspname, p.proname)
+                   from pg_proc p join pg_namespace n on n.oid = p.pronamespace where p.oid = t.gate)
+          into ok using op, result;
+      exception when raise_exception then
+        ok := false;
+      end;
       if ok is not true then
         raise exception 'validation gate refused the row' using errcode = 'KZV01';
       end if;

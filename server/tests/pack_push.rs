@@ -202,3 +202,30 @@ async fn a_key_sent_in_another_spelling_is_the_same_key() {
     let r = db.push(&alice, push_request(DEVICE, vec![mutation(4, "tags", "not-a-uuid", "upsert", json!({"label": "y"}))])).await.unwrap();
     assert_eq!(statuses(&r), ["REJECTED:SCHEMA_MISMATCH"]);
 }
+
+#[tokio::test]
+async fn a_gate_may_refuse_by_raising_and_a_row_one_may_read_but_not_write_comes_back() {
+    let Some(db) = TestDb::with_todos().await else { return };
+    db.exec(
+        "create function public.todos_strict_gate(op text, row_ jsonb) returns boolean language plpgsql as $$
+         begin
+           if row_ ->> 'title' = 'forbidden' then raise exception 'that title is not allowed'; end if;
+           return true;
+         end $$;
+         update kizuna.synced_tables set gate = 'public.todos_strict_gate(text, jsonb)' where name = 'todos';
+         create policy todos_select_shared on public.todos for select using (title = 'shared');",
+    )
+    .await;
+    let (alice, bob) = (Caller::user(ALICE), Caller::user("b0b00000-0000-4000-8000-000000000002"));
+    let r = db.push(&alice, push_request(DEVICE, vec![mutation(1, "todos", "t1", "upsert", json!({"title": "forbidden"}))])).await.unwrap();
+    assert_eq!(statuses(&r), ["REJECTED:VALIDATION_FAILED"], "a plain RAISE in a gate is a refusal, not a server fault");
+    assert!(r["verdicts"][0]["server_row"].is_null());
+
+    db.push(&bob, push_request("c0000000-0000-4000-8000-0000000000b1", vec![mutation(1, "todos", "shared-1", "upsert", json!({"title": "shared"}))]))
+        .await
+        .unwrap();
+    let r = db.push(&alice, push_request(DEVICE, vec![mutation(2, "todos", "shared-1", "patch", json!({"done": true}))])).await.unwrap();
+    assert_eq!(statuses(&r), ["REJECTED:RLS_DENIED"], "alice may read bob's shared row, not change it");
+    assert_eq!(r["verdicts"][0]["server_row"]["title"], "shared", "the refusal shows the row as alice sees it");
+    assert_eq!(r["verdicts"][0]["server_row"]["done"], false);
+}
