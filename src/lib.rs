@@ -7,7 +7,6 @@
 mod api;
 mod error;
 mod events;
-mod idb;
 mod js;
 mod lock;
 mod options;

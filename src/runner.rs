@@ -83,7 +83,7 @@ impl Inner {
     }
 
     /// Persists what an engine step returned and emits its events once it is durable.
-    async fn finish(&self, txn: WriteTxn, tx: &Transaction) -> Result<(), ClientError> {
+    async fn finish(&self, txn: WriteTxn<'_>, tx: &Transaction) -> Result<(), ClientError> {
         let written = match txn.apply(&tx.ops) {
             Ok(()) => txn.commit().await,
             Err(e) => {

@@ -6,16 +6,18 @@
 
 use std::collections::BTreeMap;
 
+use indexed_db_futures::database::{Database, VersionChangeEvent};
+use indexed_db_futures::object_store::ObjectStore;
+use indexed_db_futures::prelude::*;
+use indexed_db_futures::transaction::{Transaction, TransactionMode};
+use indexed_db_futures::KeyPath;
 use js_sys::Array;
 use kizuna_engine::{PersistedState, RowKey, RowRecord, StoreOp};
 use kizuna_protocol::PullPage;
 use serde::{de::DeserializeOwned, Serialize};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen::JsCast;
-use web_sys::{IdbDatabase, IdbIndexParameters, IdbObjectStore, IdbTransaction, IdbTransactionMode};
 
 use crate::error::ClientError;
-use crate::idb;
 use crate::js;
 
 const ROWS: &str = "rows";
@@ -28,7 +30,12 @@ const META_KEY: &str = "meta";
 const SCHEMA_VERSION: u32 = 1;
 
 pub struct Store {
-    db: IdbDatabase,
+    db: Database,
+}
+
+/// An IndexedDB failure, with the browser's words.
+fn failed(e: impl std::fmt::Display) -> ClientError {
+    ClientError::new("STORAGE_FAILED", e.to_string())
 }
 
 fn to_js<T: Serialize>(value: &T) -> Result<JsValue, ClientError> {
@@ -44,15 +51,13 @@ fn row_key(table: &str, pk: &str) -> JsValue {
     Array::of2(&table.into(), &pk.into()).into()
 }
 
-fn upgrade(db: &IdbDatabase, old_version: u32) -> Result<(), JsValue> {
-    if old_version < 1 {
-        let rows = db.create_object_store(ROWS)?;
-        let params = IdbIndexParameters::new();
-        params.set_unique(false);
-        rows.create_index_with_str_and_optional_parameters("table", "table", &params)?;
-        rows.create_index_with_str_and_optional_parameters("bucket", "bucket", &params)?;
+fn upgrade(event: VersionChangeEvent, db: Database) -> indexed_db_futures::Result<()> {
+    if event.old_version() < 1.0 {
+        let rows = db.create_object_store(ROWS).build()?;
+        rows.create_index("table", KeyPath::One("table")).with_unique(false).build()?;
+        rows.create_index("bucket", KeyPath::One("bucket")).with_unique(false).build()?;
         for name in [OUTBOX, DEAD, STAGING, META] {
-            db.create_object_store(name)?;
+            db.create_object_store(name).build()?;
         }
     }
     Ok(())
@@ -60,26 +65,32 @@ fn upgrade(db: &IdbDatabase, old_version: u32) -> Result<(), JsValue> {
 
 impl Store {
     pub async fn open(name: &str) -> Result<Store, ClientError> {
-        let db = idb::open(name, SCHEMA_VERSION, upgrade).await?;
+        let db = Database::open(name)
+            .with_version(SCHEMA_VERSION)
+            .with_on_upgrade_needed(upgrade)
+            .await
+            .map_err(|e| match e {
+                indexed_db_futures::error::OpenDbError::UnsupportedEnvironment
+                | indexed_db_futures::error::OpenDbError::NullFactory => {
+                    ClientError::new("STORAGE_UNAVAILABLE", "IndexedDB is not available in this context")
+                }
+                other => failed(other),
+            })?;
         Ok(Store { db })
     }
 
     pub fn close(&self) {
-        self.db.close();
+        self.db.clone().close();
     }
 
-    fn transaction(&self, mode: IdbTransactionMode) -> Result<IdbTransaction, ClientError> {
-        let names: Array = ALL.iter().map(|n| JsValue::from_str(n)).collect();
-        self.db.transaction_with_str_sequence_and_mode(&names, mode).map_err(ClientError::storage)
+    fn transaction(&self, mode: TransactionMode) -> Result<Transaction<'_>, ClientError> {
+        self.db.transaction(ALL).with_mode(mode).build().map_err(failed)
     }
 
     /// The engine's persisted state, or `None` for a database that never held one.
     pub async fn load(&self) -> Result<Option<PersistedState>, ClientError> {
-        let tx = self.transaction(IdbTransactionMode::Readonly)?;
-        let meta = get(&store(&tx, META)?, &META_KEY.into()).await?;
-        if meta.is_undefined() || meta.is_null() {
-            return Ok(None);
-        }
+        let tx = self.transaction(TransactionMode::Readonly)?;
+        let Some(meta) = get(&store(&tx, META)?, META_KEY.into()).await? else { return Ok(None) };
         let outbox: Vec<_> = get_all(&store(&tx, OUTBOX)?).await?.into_iter().map(from_js).collect::<Result<_, _>>()?;
         let dead: Vec<_> = get_all(&store(&tx, DEAD)?).await?.into_iter().map(from_js).collect::<Result<_, _>>()?;
         let keys: Vec<RowKey> = PersistedState::tracked_keys(&outbox, &dead).into_iter().collect();
@@ -90,38 +101,34 @@ impl Store {
     /// Begins a read-write transaction over every store. It resolves once the transaction is
     /// running, that is after every transaction created before it has finished, so an engine step
     /// taken now sees the store in the state the engine's earlier steps left it.
-    pub async fn begin(&self) -> Result<WriteTxn, ClientError> {
-        let tx = self.transaction(IdbTransactionMode::Readwrite)?;
-        let _ = get(&store(&tx, META)?, &META_KEY.into()).await?;
+    pub async fn begin(&self) -> Result<WriteTxn<'_>, ClientError> {
+        let tx = self.transaction(TransactionMode::Readwrite)?;
+        get(&store(&tx, META)?, META_KEY.into()).await?;
         Ok(WriteTxn { tx })
     }
 
     pub async fn get_row(&self, table: &str, pk: &str) -> Result<Option<RowRecord>, ClientError> {
-        let tx = self.transaction(IdbTransactionMode::Readonly)?;
-        let found = get(&store(&tx, ROWS)?, &row_key(table, pk)).await?;
-        if found.is_undefined() || found.is_null() {
-            return Ok(None);
-        }
-        Ok(Some(from_js(found)?))
+        let tx = self.transaction(TransactionMode::Readonly)?;
+        get(&store(&tx, ROWS)?, row_key(table, pk)).await?.map(from_js).transpose()
     }
 
     /// Every stored row record whose `index` field ("table" or "bucket") equals `value`.
     pub async fn rows_where(&self, index: &str, value: &str) -> Result<Vec<RowRecord>, ClientError> {
-        let tx = self.transaction(IdbTransactionMode::Readonly)?;
-        let index = store(&tx, ROWS)?.index(index).map_err(ClientError::storage)?;
-        let request = index.get_all_with_key(&value.into()).map_err(ClientError::storage)?;
-        let found: Array = idb::settle(&request).await.map_err(ClientError::storage)?.unchecked_into();
-        found.iter().map(from_js).collect()
+        let tx = self.transaction(TransactionMode::Readonly)?;
+        let rows = store(&tx, ROWS)?;
+        let index = rows.index(index).map_err(failed)?;
+        let found = index.get_all::<JsValue>().with_query(JsValue::from_str(value)).primitive().map_err(failed)?.await;
+        found.map_err(failed)?.map(|r| r.map_err(failed).and_then(from_js)).collect()
     }
 }
 
-/// A running read-write transaction over every store. Dropped without `commit`, IndexedDB commits
-/// whatever was queued; call `abort` to throw it away.
-pub struct WriteTxn {
-    tx: IdbTransaction,
+/// A running read-write transaction over every store. Dropped without `commit`, it is rolled
+/// back, so a step that fails half-way writes nothing.
+pub struct WriteTxn<'a> {
+    tx: Transaction<'a>,
 }
 
-impl WriteTxn {
+impl WriteTxn<'_> {
     /// The stored records of `keys` that exist.
     pub async fn rows(&self, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
         read_rows(&store(&self.tx, ROWS)?, keys).await
@@ -129,7 +136,8 @@ impl WriteTxn {
 
     /// Page `page_no` of the pull run in progress, as staged.
     pub async fn staged_page(&self, page_no: u32) -> Result<PullPage, ClientError> {
-        from_js(get(&store(&self.tx, STAGING)?, &(page_no as f64).into()).await?)
+        let page = get(&store(&self.tx, STAGING)?, (page_no as f64).into()).await?;
+        from_js(page.unwrap_or(JsValue::UNDEFINED))
     }
 
     /// Queues every operation; requests run in order, so a later put wins over an earlier one.
@@ -139,76 +147,59 @@ impl WriteTxn {
 
     /// Resolves once everything queued is durable.
     pub async fn commit(self) -> Result<(), ClientError> {
-        idb::completion(&self.tx).await.map_err(ClientError::storage)
+        self.tx.commit().await.map_err(failed)
     }
 
     pub fn abort(self) {
-        let _ = self.tx.abort();
+        drop(self.tx);
     }
 }
 
-async fn read_rows(rows: &IdbObjectStore, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
+async fn read_rows(rows: &ObjectStore<'_>, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
     let mut found = BTreeMap::new();
     for key in keys {
-        let value = get(rows, &row_key(&key.table, &key.pk)).await?;
-        if !value.is_undefined() && !value.is_null() {
+        if let Some(value) = get(rows, row_key(&key.table, &key.pk)).await? {
             found.insert(key.clone(), from_js(value)?);
         }
     }
     Ok(found)
 }
 
-fn store(tx: &IdbTransaction, name: &str) -> Result<IdbObjectStore, ClientError> {
-    tx.object_store(name).map_err(ClientError::storage)
+fn store<'a>(tx: &'a Transaction<'_>, name: &str) -> Result<ObjectStore<'a>, ClientError> {
+    tx.object_store(name).map_err(failed)
 }
 
-async fn get(store: &IdbObjectStore, key: &JsValue) -> Result<JsValue, ClientError> {
-    let request = store.get(key).map_err(ClientError::storage)?;
-    idb::settle(&request).await.map_err(ClientError::storage)
+/// The record at `key`, or `None`.
+async fn get(store: &ObjectStore<'_>, key: JsValue) -> Result<Option<JsValue>, ClientError> {
+    let found: Option<JsValue> = store.get(key).primitive().map_err(failed)?.await.map_err(failed)?;
+    Ok(found.filter(|v| !v.is_undefined() && !v.is_null()))
 }
 
-async fn get_all(store: &IdbObjectStore) -> Result<Vec<JsValue>, ClientError> {
-    let request = store.get_all().map_err(ClientError::storage)?;
-    let all: Array = idb::settle(&request).await.map_err(ClientError::storage)?.unchecked_into();
-    Ok(all.iter().collect())
+async fn get_all(store: &ObjectStore<'_>) -> Result<Vec<JsValue>, ClientError> {
+    let all = store.get_all::<JsValue>().primitive().map_err(failed)?.await.map_err(failed)?;
+    all.map(|r| r.map_err(failed)).collect()
 }
 
-/// Queues every operation on `tx`. Requests run in order, so a later put wins over an earlier one.
-fn apply(tx: &IdbTransaction, ops: &[StoreOp]) -> Result<(), ClientError> {
+/// Queues every operation on `tx` without waiting for each: IndexedDB runs a transaction's
+/// requests in order, so a later put wins over an earlier one, and any failure aborts the
+/// transaction, which `commit` then reports.
+fn apply(tx: &Transaction<'_>, ops: &[StoreOp]) -> Result<(), ClientError> {
     let s = |name| store(tx, name);
-    let fail = ClientError::storage;
+    let seq = |n: i64| JsValue::from_f64(n as f64);
     for op in ops {
         match op {
-            StoreOp::PutRow(row) => {
-                s(ROWS)?.put_with_key(&to_js(row)?, &row_key(&row.table, &row.pk)).map_err(fail)?;
-            }
-            StoreOp::DeleteRow(key) => {
-                s(ROWS)?.delete(&row_key(&key.table, &key.pk)).map_err(fail)?;
-            }
-            StoreOp::PutOutbox(entry) => {
-                s(OUTBOX)?.put_with_key(&to_js(entry)?, &(entry.seq as f64).into()).map_err(fail)?;
-            }
-            StoreOp::DeleteOutbox(seq) => {
-                s(OUTBOX)?.delete(&(*seq as f64).into()).map_err(fail)?;
-            }
-            StoreOp::PutDead(dead) => {
-                s(DEAD)?.put_with_key(&to_js(dead)?, &(dead.entry.seq as f64).into()).map_err(fail)?;
-            }
-            StoreOp::DeleteDead(seq) => {
-                s(DEAD)?.delete(&(*seq as f64).into()).map_err(fail)?;
-            }
-            StoreOp::PutMeta(meta) => {
-                s(META)?.put_with_key(&to_js(meta)?, &META_KEY.into()).map_err(fail)?;
-            }
+            StoreOp::PutRow(row) => drop(s(ROWS)?.put(to_js(row)?).with_key(row_key(&row.table, &row.pk)).primitive().map_err(failed)?),
+            StoreOp::DeleteRow(key) => drop(s(ROWS)?.delete(row_key(&key.table, &key.pk)).primitive().map_err(failed)?),
+            StoreOp::PutOutbox(entry) => drop(s(OUTBOX)?.put(to_js(entry)?).with_key(seq(entry.seq)).primitive().map_err(failed)?),
+            StoreOp::DeleteOutbox(n) => drop(s(OUTBOX)?.delete(seq(*n)).primitive().map_err(failed)?),
+            StoreOp::PutDead(dead) => drop(s(DEAD)?.put(to_js(dead)?).with_key(seq(dead.entry.seq)).primitive().map_err(failed)?),
+            StoreOp::DeleteDead(n) => drop(s(DEAD)?.delete(seq(*n)).primitive().map_err(failed)?),
+            StoreOp::PutMeta(meta) => drop(s(META)?.put(to_js(meta)?).with_key(JsValue::from_str(META_KEY)).primitive().map_err(failed)?),
             StoreOp::PutStaging { page_no, page } => {
-                s(STAGING)?.put_with_key(&to_js(page)?, &(*page_no as f64).into()).map_err(fail)?;
+                drop(s(STAGING)?.put(to_js(page)?).with_key(JsValue::from_f64(*page_no as f64)).primitive().map_err(failed)?)
             }
-            StoreOp::ClearStaging => {
-                s(STAGING)?.clear().map_err(fail)?;
-            }
-            StoreOp::ClearRows => {
-                s(ROWS)?.clear().map_err(fail)?;
-            }
+            StoreOp::ClearStaging => drop(s(STAGING)?.clear().map_err(failed)?),
+            StoreOp::ClearRows => drop(s(ROWS)?.clear().map_err(failed)?),
         }
     }
     Ok(())
