@@ -5,7 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
 use futures_util::lock::Mutex;
-use kizuna_engine::{Config, Engine, EngineError, Failure, LocalWrite, PullStep, RowKey, RowRecord, StoreOp, Transaction};
+use kizuna_engine::{CommitPlan, Config, Engine, EngineError, Failure, LocalWrite, PullStep, RowKey, RowRecord, StoreOp, Transaction};
 use kizuna_protocol::{ErrorClass, PullPage, PullRequest, PushResponse};
 use serde_json::{json, Value};
 
@@ -215,30 +215,37 @@ impl Inner {
     async fn feed_page(&self, page: PullPage) -> Result<Flow, ClientError> {
         let txn = self.store.begin().await?;
         let step = self.engine.borrow_mut().on_pull_page(now(), page);
-        let (tx, flow) = match step {
-            PullStep::Stage { tx, next } | PullStep::Restart { tx, next } => (tx, Flow::Next(next)),
-            PullStep::Abandoned { tx } => (tx, Flow::Abandoned),
-            PullStep::Commit(mut plan) => {
-                if plan.rehydrate() {
-                    txn.apply(&[StoreOp::ClearRows])?;
-                }
-                for page_no in 0..plan.staged_pages() {
-                    let staged = match txn.staged_page(page_no).await {
-                        Ok(p) => p,
-                        Err(e) => {
-                            txn.abort();
-                            self.recover().await;
-                            return Err(e);
-                        }
-                    };
-                    let ops: Vec<StoreOp> = staged.entries.iter().map(|e| plan.materialize(e)).collect();
-                    txn.apply(&ops)?;
-                }
-                (plan.finish(&mut self.engine.borrow_mut(), now()), Flow::Committed)
-            }
+        let planned = match step {
+            PullStep::Stage { tx, next } | PullStep::Restart { tx, next } => Ok((tx, Flow::Next(next))),
+            PullStep::Abandoned { tx } => Ok((tx, Flow::Abandoned)),
+            PullStep::Commit(plan) => self.write_run(&txn, plan).await.map(|tx| (tx, Flow::Committed)),
         };
-        self.finish(txn, &tx).await?;
-        Ok(flow)
+        match planned {
+            Ok((tx, flow)) => {
+                self.finish(txn, &tx).await?;
+                Ok(flow)
+            }
+            Err(e) => {
+                // The engine already moved on to this page: roll both back to what is durable.
+                txn.abort();
+                self.recover().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes a closing run into `txn`: the staged pages read back one at a time, then the closing
+    /// page, the checkpoint and the staging cleanup from the plan.
+    async fn write_run(&self, txn: &WriteTxn<'_>, mut plan: CommitPlan) -> Result<Transaction, ClientError> {
+        if plan.rehydrate() {
+            txn.apply(&[StoreOp::ClearRows])?;
+        }
+        for page_no in 0..plan.staged_pages() {
+            let staged = txn.staged_page(page_no).await?;
+            let ops: Vec<StoreOp> = staged.entries.iter().map(|e| plan.materialize(e)).collect();
+            txn.apply(&ops)?;
+        }
+        Ok(plan.finish(&mut self.engine.borrow_mut(), now()))
     }
 
     /// `sync()`: push what is due, then pull to the next checkpoint. A refused write never holds
