@@ -294,6 +294,14 @@ async fn push_pull_wake_metrics_cors_static_status_through_the_real_binary() {
         .unwrap_or_else(|_| panic!("status did not print JSON: {stdout}"));
     assert!(figures["ledger_size"].as_i64().unwrap() >= 1, "{figures}");
 
+    // The operator prunes the whole ledger (as retention would, later).
+    let operator = server.token_with_role(ALICE, "service_role");
+    let (code, reaped) = server
+        .rpc("kizuna_admin", Some(&operator), &json!({"action": "reap", "ledger_retention_seconds": 0}))
+        .await;
+    assert_eq!(code, 200, "{reaped}");
+    assert!(reaped["ledger_pruned"].as_i64().unwrap() >= 1, "{reaped}");
+
     // SIGTERM ends the open wake stream and the process exits cleanly.
     let exit = server.terminate();
     assert!(
@@ -301,6 +309,13 @@ async fn push_pull_wake_metrics_cors_static_status_through_the_real_binary() {
         "exit {exit:?}; stderr:\n{}",
         server.stderr()
     );
+
+    // After the restart the pruned push is answered SKIPPED, never applied a second time.
+    let server = TestServer::start(db.url(), &args).await;
+    let (code, again) = server.rpc("kizuna_push", Some(&server.token(ALICE)), &push_request()).await;
+    assert_eq!(code, 200, "{again}");
+    assert_eq!(again["verdicts"][0]["status"], "SKIPPED", "{again}");
+    assert_eq!(db.one::<i64>(&format!("select count(*) from public.todos where id = '{ROW}'")).await, 1);
     let _ = std::fs::remove_dir_all(www.parent().unwrap());
 }
 
