@@ -101,15 +101,18 @@ impl Engine {
     }
 }
 
-/// One write equivalent to `older` followed by `newer`, if there is one. Upsert and delete
-/// overwrite everything; a patch merges into an older patch or upsert. A patch after a delete
-/// has no single-write equivalent (the server may refuse a patch of a missing row), so those
-/// are kept apart.
+/// One write equivalent to `older` followed by `newer`, if there is one. A delete overwrites
+/// everything; a patch merges into an older patch or upsert, and an upsert into an older upsert.
+/// The other pairs have no single-write equivalent, so they are kept apart: an upsert after a
+/// patch creates a missing row the patch would not have, and after a delete it would assign the
+/// named columns of the deleted row instead of starting a new one.
 fn merge(older: Op, older_cols: Option<&Row>, newer: Op, newer_cols: Option<&Row>) -> Option<(Op, Option<Row>)> {
     match (older, newer) {
-        (_, Op::Upsert | Op::Delete) => Some((newer, newer_cols.cloned())),
-        (Op::Patch | Op::Upsert, Op::Patch) => Some((older, apply_op(older_cols.cloned(), Op::Patch, newer_cols))),
-        (Op::Delete, Op::Patch) => None,
+        (_, Op::Delete) => Some((Op::Delete, None)),
+        (Op::Patch | Op::Upsert, Op::Patch) | (Op::Upsert, Op::Upsert) => {
+            Some((older, apply_op(older_cols.cloned(), Op::Patch, newer_cols)))
+        }
+        (Op::Patch | Op::Delete, Op::Upsert) | (Op::Delete, Op::Patch) => None,
     }
 }
 

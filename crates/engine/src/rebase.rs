@@ -8,13 +8,13 @@ use kizuna_protocol::{Op, Row};
 use crate::records::{OutboxEntry, RowRecord};
 use crate::transaction::StoreOp;
 
-/// One write over a row: upsert replaces, patch merges (over nothing it yields just the
-/// columns it assigns, so the writer reads its own write), delete removes.
+/// One write over a row, as the server applies it: upsert creates the row or assigns the columns
+/// it names (the others keep their values), patch assigns the columns it names (over nothing it
+/// yields just those, so the writer reads its own write), delete removes.
 pub fn apply_op(row: Option<Row>, op: Op, columns: Option<&Row>) -> Option<Row> {
     match op {
-        Op::Upsert => Some(columns.cloned().unwrap_or_default()),
         Op::Delete => None,
-        Op::Patch => {
+        Op::Upsert | Op::Patch => {
             let mut merged = row.unwrap_or_default();
             if let Some(cols) = columns {
                 for (column, value) in cols {
@@ -51,10 +51,11 @@ mod tests {
     }
 
     #[test]
-    fn patch_merges_upsert_replaces_delete_removes() {
+    fn patch_and_upsert_assign_the_named_columns_delete_removes() {
         let base = row(json!({"a": 1, "b": 2}));
         assert_eq!(apply_op(Some(base.clone()), Op::Patch, Some(&row(json!({"b": 3})))), Some(row(json!({"a": 1, "b": 3}))));
-        assert_eq!(apply_op(Some(base.clone()), Op::Upsert, Some(&row(json!({"c": 4})))), Some(row(json!({"c": 4}))));
+        assert_eq!(apply_op(Some(base.clone()), Op::Upsert, Some(&row(json!({"c": 4})))), Some(row(json!({"a": 1, "b": 2, "c": 4}))));
+        assert_eq!(apply_op(None, Op::Upsert, Some(&row(json!({"c": 4})))), Some(row(json!({"c": 4}))));
         assert_eq!(apply_op(Some(base), Op::Delete, None), None);
         assert_eq!(apply_op(None, Op::Patch, Some(&row(json!({"b": 3})))), Some(row(json!({"b": 3}))));
     }

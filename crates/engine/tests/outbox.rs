@@ -51,10 +51,11 @@ fn invalid_writes_change_nothing() {
     assert_eq!(h.engine.status().pending, 0);
 }
 
-/// Latest-only: an unsent pending patch is replaced by the next one in the same transaction,
-/// with the columns merged so nothing assigned is lost; an upsert then a delete replace it.
+/// Latest-only coalescing: a newer unsent write to the same key absorbs the pending one when one
+/// write does the same as both: patches merge into a patch or upsert, upserts into an upsert, a
+/// delete replaces anything. Pairs without such an equivalent stay apart.
 #[test]
-fn coalescing_merges_patches_and_replaces_with_upsert_or_delete() {
+fn coalescing_merges_what_one_write_can_carry_and_keeps_the_rest_apart() {
     let mut h = Harness::new(latest_only_config());
     h.write("profiles", "u1", Op::Patch, Some(json!({"name": "A"})));
     let current = h.store.rows.iter().map(|(k, r)| (k.clone(), r.clone())).collect();
@@ -67,20 +68,24 @@ fn coalescing_merges_patches_and_replaces_with_upsert_or_delete() {
     assert_eq!(pending[0].columns, Some(row(json!({"name": "A", "bio": "B"}))));
     assert_eq!(h.store.visible("profiles", "u1"), Some(json!({"name": "A", "bio": "B"})));
 
+    // An upsert after a patch would create a row the patch could not: both stay. Later writes
+    // merge into the upsert.
     h.write("profiles", "u1", Op::Upsert, Some(json!({"name": "C"})));
     h.write("profiles", "u1", Op::Patch, Some(json!({"bio": "D"})));
+    h.write("profiles", "u1", Op::Upsert, Some(json!({"age": 3})));
     let pending: Vec<_> = h.store.outbox.values().cloned().collect();
-    assert_eq!(pending.len(), 1, "upsert replaced; patch merged into the upsert");
-    assert_eq!((pending[0].op, pending[0].columns.clone()), (Op::Upsert, Some(row(json!({"name": "C", "bio": "D"})))));
+    assert_eq!(pending.len(), 2, "{pending:?}");
+    assert_eq!((pending[1].op, pending[1].columns.clone()), (Op::Upsert, Some(row(json!({"name": "C", "bio": "D", "age": 3})))));
+    assert_eq!(h.store.visible("profiles", "u1"), Some(json!({"name": "C", "bio": "D", "age": 3})));
 
     h.write("profiles", "u1", Op::Delete, None);
     let pending: Vec<_> = h.store.outbox.values().cloned().collect();
-    assert_eq!((pending.len(), pending[0].op, pending[0].seq), (1, Op::Delete, 5));
+    assert_eq!((pending.len(), pending[1].op, pending[1].seq), (2, Op::Delete, 6));
     assert_eq!(h.store.visible("profiles", "u1"), None);
 
-    // A patch after a pending delete has no single-write equivalent: both stay.
-    h.write("profiles", "u1", Op::Patch, Some(json!({"bio": "E"})));
-    assert_eq!(h.store.outbox.len(), 2);
+    // A patch or an upsert after a pending delete has no single-write equivalent: they stay.
+    h.write("profiles", "u1", Op::Upsert, Some(json!({"bio": "E"})));
+    assert_eq!(h.store.outbox.len(), 3);
     h.drain(60_000);
     assert_eq!(h.server.row("profiles", "u1"), Some(row(json!({"bio": "E"}))));
 }
