@@ -84,6 +84,16 @@ impl Engine {
         Some((request, tx))
     }
 
+    /// The app asked to sync now: writes waiting out a failure backoff are due again at once.
+    /// Delay windows still hold, and the dead-letter budget counts as before.
+    pub fn request_push(&mut self) {
+        for entry in self.outbox.values_mut() {
+            if entry.apply_after.is_none() {
+                entry.retry_at = None;
+            }
+        }
+    }
+
     /// The current slice width: `Config::max_slice`, or the narrowed width while a permanent
     /// failure is being isolated.
     pub fn slice_limit(&self) -> usize {

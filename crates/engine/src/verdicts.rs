@@ -43,11 +43,19 @@ impl Engine {
                     } else {
                         self.meta.counters.skipped += 1;
                     }
-                    // The server now holds this write: fold it into the base, so compensating
-                    // a later write on the key cannot make it vanish before the next pull.
-                    let mut record = self.mirrored(&key);
-                    record.base = apply_op(record.base.take(), entry.op, entry.columns.as_ref());
-                    self.rows.insert(key.clone(), record);
+                    // The server now holds this write. When no committed pull reflects it yet,
+                    // fold it into the base, so compensating a later write on the key cannot
+                    // make it vanish before the next pull. A pull at or past its commit already
+                    // brought the server's row, which may hold newer writes: keep that. A
+                    // SKIPPED write names no commit, so only a pull can say what the row is now.
+                    match v.seq.filter(|_| v.status == VerdictStatus::Applied) {
+                        Some(seq) if seq > self.meta.checkpoint.horizon => {
+                            let mut record = self.mirrored(&key);
+                            record.base = apply_op(record.base.take(), entry.op, entry.columns.as_ref());
+                            self.rows.insert(key.clone(), record);
+                        }
+                        _ => self.pull.requested = true,
+                    }
                     touched.push(key);
                     tx.events.push(Event::Applied { id: entry.id, seq: v.seq });
                 }
@@ -55,9 +63,16 @@ impl Engine {
                     self.outbox.remove(&seq);
                     tx.ops.push(StoreOp::DeleteOutbox(seq));
                     self.meta.counters.rejected += 1;
-                    let mut record = self.mirrored(&key);
-                    record.base = v.server_row.clone();
-                    self.rows.insert(key.clone(), record);
+                    // A first refusal's row is the server's row now; a replayed one was recorded
+                    // when the write was first judged and may be older than what a pull since
+                    // brought, so the base stays and a pull says what the row is now.
+                    if v.replayed {
+                        self.pull.requested = true;
+                    } else {
+                        let mut record = self.mirrored(&key);
+                        record.base = v.server_row.clone();
+                        self.rows.insert(key.clone(), record);
+                    }
                     compensated.push(key);
                     tx.events.push(Event::Rejected {
                         mutation: entry,
@@ -77,7 +92,8 @@ impl Engine {
                 // No verdict, or a refusal without its reason: not an answer we may act on.
                 _ => {
                     unanswered += 1;
-                    let wait = backoff::delay(1, self.config.retry_base_ms, self.config.retry_max_ms, &mut self.prng);
+                    let attempts = self.outbox[&seq].attempts.max(1);
+                    let wait = backoff::delay(attempts, self.config.retry_base_ms, self.config.retry_max_ms, &mut self.prng);
                     let e = self.outbox.get_mut(&seq).expect("live");
                     e.retry_at = Some(now + wait);
                     e.last_error = Some("BAD_RESPONSE: no usable verdict for this mutation".into());

@@ -364,3 +364,44 @@ fn online_state_and_health() {
     assert_eq!((health.failure_streak, health.last_error.as_deref(), health.in_flight), (1, Some("PGRST000: down"), false));
     assert_eq!(h.engine.status().retrying, 1);
 }
+
+/// The answer to a push is lost and a pull runs before the retry: the pulled row already holds
+/// the write and whatever came after it. The replayed verdict must not lay the old write over it
+/// again, or the local row would stay wrong until the row changes once more.
+#[test]
+fn a_late_acknowledgement_never_overwrites_a_newer_pulled_row() {
+    let mut h = Harness::new(Config::default());
+    assert!(h.pull_step());
+    h.write("todos", "1", Op::Upsert, Some(json!({"title": "mine", "done": false})));
+    h.server.lose_next_ack = true;
+    assert!(h.push_step());
+    h.server.remote_write("todos", "1", Op::Patch, Some(row(json!({"title": "theirs"}))));
+    h.engine.request_pull();
+    assert!(h.pull_step());
+    assert_eq!(h.store.visible("todos", "1"), Some(json!({"title": "mine", "done": false})), "still pending: read your writes");
+
+    h.engine.request_push();
+    assert!(h.push_step(), "sync() retries at once");
+    assert_eq!(h.engine.status().pending, 0);
+    assert_eq!(h.store.visible("todos", "1"), Some(json!({"title": "theirs", "done": false})), "the server's row, as pulled");
+    assert_eq!(h.server.effects.values().sum::<u32>(), 1);
+}
+
+/// SKIPPED names no commit: the write is acknowledged, and a pull brings the row as it is now.
+#[test]
+fn a_skipped_write_is_acknowledged_and_the_row_is_pulled_again() {
+    let mut h = Harness::new(Config::default());
+    assert!(h.pull_step());
+    h.write("todos", "1", Op::Upsert, Some(json!({"title": "once"})));
+    h.server.lose_next_ack = true;
+    assert!(h.push_step());
+    h.server.prune_ledger();
+    h.server.remote_write("todos", "1", Op::Patch, Some(row(json!({"title": "later"}))));
+    h.engine.request_push();
+    assert!(h.push_step());
+    assert_eq!((h.engine.status().pending, h.engine.status().skipped), (0, 1));
+    assert_eq!(h.server.effects.values().sum::<u32>(), 1, "never a second effect");
+    assert!(h.pull_step(), "a pull is due after a SKIPPED verdict");
+    assert_eq!(h.store.visible("todos", "1"), Some(json!({"title": "later"})));
+}
+

@@ -45,6 +45,8 @@ pub struct SimServer {
     pub epoch: u32,
     /// Attached to the next closing page.
     pub conflicts: Vec<Conflict>,
+    /// The ledger was pruned up to here: an unknown id at or below it answers SKIPPED.
+    pub pruned_seq: i64,
     pub pulls: u32,
 }
 
@@ -55,6 +57,12 @@ impl SimServer {
 
     pub fn row(&self, table: &str, pk: &str) -> Option<Row> {
         self.log.iter().rev().find(|e| e.table == table && e.pk == pk).and_then(|e| e.row.clone())
+    }
+
+    /// The reaper pruned every recorded verdict (the effects stay).
+    pub fn prune_ledger(&mut self) {
+        self.pruned_seq = self.requests.iter().flatten().copied().max().unwrap_or(0).max(self.pruned_seq);
+        self.ledger.clear();
     }
 
     pub fn horizon(&self) -> i64 {
@@ -115,6 +123,9 @@ impl SimServer {
         // Replays first: a recorded verdict is returned as is, with no new effect.
         if group.iter().all(|m| self.ledger.contains_key(&m.id)) {
             return group.iter().map(|m| Verdict { replayed: true, ..self.ledger[&m.id].clone() }).collect();
+        }
+        if group.iter().all(|m| m.client_seq <= self.pruned_seq) {
+            return group.iter().map(|m| verdict(m.id, VerdictStatus::Skipped, None, None, None)).collect();
         }
         if group.iter().any(|m| m.apply_after.as_deref().map(parse_rfc3339).is_some_and(|t| t > server_now)) {
             return group.iter().map(|m| verdict(m.id, VerdictStatus::Delayed, None, None, None)).collect();
