@@ -63,7 +63,7 @@ impl Engine {
     /// transaction marks the slice's entries `sent` with one more attempt; persist it before
     /// sending (so a reload cannot coalesce away a write the server may hold).
     pub fn poll_push(&mut self, now: Millis) -> Option<(PushRequest, Transaction)> {
-        if !self.online || self.push.in_flight.is_some() {
+        if !self.online || self.push.in_flight.is_some() || self.storage_held(now) {
             return None;
         }
         let units = self.next_slice(now);

@@ -36,12 +36,16 @@ pub struct Engine {
     pub(crate) online: bool,
 }
 
-/// Request outcomes behind [`Health`].
+/// Request outcomes behind [`Health`]. The failure streak itself is derived from the push and
+/// pull streaks, so a pull that succeeds does not hide a push that keeps failing.
 #[derive(Debug, Default)]
 pub(crate) struct HealthState {
-    pub failure_streak: u32,
     pub last_error: Option<String>,
     pub last_success_at: Option<Millis>,
+    /// Consecutive steps the store refused (see [`Engine::after_storage_failure`]).
+    pub storage_failures: u32,
+    /// No request goes out before this time, after a store failure.
+    pub storage_hold_until: Option<Millis>,
 }
 
 impl Engine {
@@ -153,7 +157,7 @@ impl Engine {
     /// Sync health at `now`.
     pub fn health(&self, now: Millis) -> Health {
         Health {
-            failure_streak: self.health.failure_streak,
+            failure_streak: self.push.streak.max(self.pull.streak).max(self.health.storage_failures),
             last_error: self.health.last_error.clone(),
             last_success_at: self.health.last_success_at,
             in_flight: self.push.in_flight.is_some(),
@@ -208,12 +212,33 @@ impl Engine {
     }
 
     pub(crate) fn note_success(&mut self, now: Millis) {
-        self.health.failure_streak = 0;
         self.health.last_success_at = Some(now);
+        self.health.storage_failures = 0;
     }
 
     pub(crate) fn note_failure(&mut self, error: String) {
-        self.health.failure_streak += 1;
         self.health.last_error = Some(error);
+    }
+
+    /// The adapter's store refused a step and the adapter rebuilt this engine from what is
+    /// durable (which brings a pull due at once and every entry ready). `failures` counts the
+    /// consecutive refusals, this one included: nothing is sent before a backoff grown from it,
+    /// so a store that keeps refusing (a full disk, a record it cannot hold) is not answered by
+    /// requests in a tight loop.
+    pub fn after_storage_failure(&mut self, now: Millis, failures: u32, error: String) {
+        let wait = crate::backoff::delay(failures.max(1), self.config.retry_base_ms, self.config.retry_max_ms, &mut self.prng);
+        self.health.storage_failures = failures;
+        self.health.storage_hold_until = Some(now + wait);
+        self.health.last_error = Some(error);
+    }
+
+    /// Consecutive store refusals so far (carry it into the rebuilt engine).
+    pub fn storage_failures(&self) -> u32 {
+        self.health.storage_failures
+    }
+
+    /// True while a store failure holds requests back.
+    pub(crate) fn storage_held(&self, now: Millis) -> bool {
+        self.health.storage_hold_until.is_some_and(|until| until > now)
     }
 }

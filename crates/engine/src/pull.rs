@@ -104,7 +104,7 @@ impl Engine {
     /// Starts a pull run when one is due (first start, reconnect, `wake`, `request_pull`, the
     /// interval, a backoff that ran out) and none is in progress; `None` while offline.
     pub fn poll_pull(&mut self, now: Millis) -> Option<PullRequest> {
-        if !self.online || self.pull.due_at()? > now {
+        if !self.online || self.storage_held(now) || self.pull.due_at()? > now {
             return None;
         }
         self.pull.requested = false;

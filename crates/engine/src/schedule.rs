@@ -15,7 +15,8 @@ impl Engine {
         }
         let push = if self.push.in_flight.is_some() { None } else { self.next_push_at(now) };
         let pull = self.pull.due_at();
-        push.into_iter().chain(pull).min().map(|at| at.max(now))
+        let held = self.health.storage_hold_until.unwrap_or(Millis::MIN);
+        push.into_iter().chain(pull).min().map(|at| at.max(now).max(held))
     }
 
     /// The earliest time a unit becomes sendable: the first ready one is now; held units wake

@@ -405,3 +405,39 @@ fn a_skipped_write_is_acknowledged_and_the_row_is_pulled_again() {
     assert_eq!(h.store.visible("todos", "1"), Some(json!({"title": "later"})));
 }
 
+/// A pull that succeeds does not hide a push that keeps failing.
+#[test]
+fn the_failure_streak_counts_push_failures_across_successful_pulls() {
+    let mut h = Harness::new(Config::default());
+    assert!(h.pull_step());
+    h.server.poison.insert("bad".into(), (400, codes::MALFORMED.into()));
+    h.write("todos", "bad", Op::Upsert, Some(json!({})));
+    for n in 1..=3 {
+        h.engine.request_push();
+        assert!(h.push_step());
+        h.engine.request_pull();
+        assert!(h.pull_step());
+        assert_eq!(h.engine.health(h.now).failure_streak, n, "after {n} refusals and as many good pulls");
+    }
+}
+
+/// The store refused a step and the adapter rebuilt the engine: nothing goes out before a backoff
+/// that grows with each refusal in a row, and a success clears it.
+#[test]
+fn after_a_store_failure_requests_wait_out_a_growing_backoff() {
+    let mut h = Harness::new(Config::default());
+    h.write("todos", "1", Op::Upsert, Some(json!({"a": 1})));
+    h.reload();
+    h.engine.after_storage_failure(h.now, 1, "STORAGE_FAILED: quota".into());
+    assert!(h.engine.poll_push(h.now).is_none() && h.engine.poll_pull(h.now).is_none(), "held");
+    let first = h.engine.next_wake(h.now).unwrap();
+    assert!(first > h.now);
+    assert_eq!(h.engine.health(h.now).failure_streak, 1);
+
+    h.reload();
+    h.engine.after_storage_failure(h.now, 4, "STORAGE_FAILED: quota".into());
+    assert!(h.engine.next_wake(h.now).unwrap() - h.now >= (first - h.now), "the hold grows");
+    h.now = h.engine.next_wake(h.now).unwrap();
+    h.drain(120_000);
+    assert_eq!(h.engine.health(h.now).failure_streak, 0);
+}
