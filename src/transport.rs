@@ -41,6 +41,22 @@ async fn within(promise: Promise, ms: i32) -> Option<Result<JsValue, JsValue>> {
     }
 }
 
+/// Integers beyond 2^53 (a Postgres bigint, a snowflake id) become the nearest double, as
+/// `JSON.parse` and every other JS client would read them: a JS number cannot hold more, and
+/// IndexedDB and the app only ever see JS numbers.
+fn js_safe_numbers(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    const MAX_SAFE: u64 = (1 << 53) - 1;
+    match value {
+        Value::Number(n) if n.as_u64().is_some_and(|u| u > MAX_SAFE) || n.as_i64().is_some_and(|i| i.unsigned_abs() > MAX_SAFE) => {
+            n.as_f64().and_then(serde_json::Number::from_f64).map_or(Value::Null, Value::Number)
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(js_safe_numbers).collect()),
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, js_safe_numbers(v))).collect()),
+        other => other,
+    }
+}
+
 impl Transport {
     /// The current access token from the app's provider: a string, a promise of one, or null.
     pub async fn access_token(&self) -> Result<String, Failure> {
@@ -89,11 +105,15 @@ impl Transport {
         let started = fetch
             .call2(&JsValue::NULL, &url.into(), &init)
             .map_err(|e| failure(None, codes::NETWORK, format!("fetch threw: {}", describe(&e))))?;
+        // One deadline for the whole exchange: headers and body. A server that sends its headers
+        // and then stalls must not hang the sync that waits for it.
+        let deadline = js_sys::Date::now() + f64::from(self.request_timeout_ms);
+        let timed_out = || {
+            controller.abort();
+            failure(None, codes::TIMEOUT, format!("no answer within {} ms", self.request_timeout_ms))
+        };
         let response = match within(Promise::resolve(&started), self.request_timeout_ms).await {
-            None => {
-                controller.abort();
-                return Err(failure(None, codes::TIMEOUT, format!("no answer within {} ms", self.request_timeout_ms)));
-            }
+            None => return Err(timed_out()),
             Some(Err(e)) => return Err(failure(None, codes::NETWORK, format!("network failure: {}", describe(&e)))),
             Some(Ok(r)) => r,
         };
@@ -101,12 +121,20 @@ impl Transport {
             .dyn_into()
             .map_err(|_| failure(None, codes::NETWORK, "fetch resolved to something that is not a Response"))?;
         let status = response.status();
+        let left = (deadline - js_sys::Date::now()).max(0.0) as i32;
         let text = match response.text() {
-            Ok(p) => JsFuture::from(p).await.ok().and_then(|t| t.as_string()).unwrap_or_default(),
+            Ok(p) => match within(p, left).await {
+                None => return Err(timed_out()),
+                Some(Err(e)) => return Err(failure(Some(status), codes::NETWORK, format!("the answer was cut off: {}", describe(&e)))),
+                Some(Ok(t)) => t.as_string().unwrap_or_default(),
+            },
             Err(_) => String::new(),
         };
         if (200..300).contains(&status) {
-            return serde_json::from_str(&text).map_err(|e| {
+            let decoded = serde_json::from_str::<serde_json::Value>(&text)
+                .map(js_safe_numbers)
+                .and_then(serde_json::from_value);
+            return decoded.map_err(|e| {
                 failure(Some(status), codes::NETWORK, format!("the server's answer does not decode: {e}"))
             });
         }
