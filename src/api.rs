@@ -166,6 +166,7 @@ impl KizunaClient {
         };
         let seed = random_seed();
         let engine = Engine::new(config.clone(), state, seed);
+        let checkpoint = engine.checkpoint().clone();
         let inner = Rc::new(Inner {
             store,
             engine: RefCell::new(engine),
@@ -175,6 +176,7 @@ impl KizunaClient {
             activity: Mutex::new(()),
             closed: Cell::new(false),
             seed: Cell::new(seed),
+            checkpoint: RefCell::new(checkpoint),
         });
         let scheduler = Rc::new(Scheduler::default());
         if auto_sync {
@@ -346,8 +348,7 @@ impl KizunaClient {
     /// The committed checkpoint: cursor, horizon and when it was committed.
     #[wasm_bindgen(js_name = getCheckpoint, unchecked_return_type = "Checkpoint")]
     pub fn get_checkpoint(&self) -> JsValue {
-        let engine = self.inner.engine.borrow();
-        let c = engine.checkpoint();
+        let c = self.inner.checkpoint.borrow();
         to_js(&json!({ "cursor": c.cursor, "horizon": c.horizon, "committedAt": c.committed_at }))
     }
 
@@ -417,11 +418,19 @@ impl KizunaClient {
     }
 
     /// Stops the loops, closes the database and lets another client open it. Pending writes stay
-    /// in the outbox for next time.
+    /// in the outbox for next time. Closing twice does nothing more.
     pub fn close(&self) {
         self.inner.closed.set(true);
         scheduler::stop(&self.scheduler);
         self.inner.store.close();
         self.lock.borrow_mut().release();
+    }
+}
+
+/// A client freed from JS (or dropped in Rust) without `close()` must not leave its timer, wake
+/// stream and online listeners calling into closures that no longer exist.
+impl Drop for KizunaClient {
+    fn drop(&mut self) {
+        self.close();
     }
 }

@@ -5,7 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 
 use futures_util::lock::Mutex;
-use kizuna_engine::{CommitPlan, Config, Engine, EngineError, Failure, LocalWrite, PullStep, RowKey, RowRecord, StoreOp, Transaction};
+use kizuna_engine::{Checkpoint, CommitPlan, Config, Engine, EngineError, Failure, LocalWrite, PullStep, RowKey, RowRecord, StoreOp, Transaction};
 use kizuna_protocol::{ErrorClass, PullPage, PullRequest, PushResponse};
 use serde_json::{json, Value};
 
@@ -32,6 +32,9 @@ pub struct Inner {
     pub activity: Mutex<()>,
     pub closed: Cell<bool>,
     pub seed: Cell<u64>,
+    /// The checkpoint as of the last commit that reached IndexedDB: what `getCheckpoint()` reports.
+    /// The engine's own runs ahead while a commit is being written, and goes back if it fails.
+    pub checkpoint: RefCell<Checkpoint>,
 }
 
 pub enum PushOutcome {
@@ -73,13 +76,18 @@ impl Inner {
     }
 
     /// The store refused a transaction after the engine had stepped: rebuild the engine from what
-    /// is durable, so memory never runs ahead of IndexedDB.
-    async fn recover(&self) {
+    /// is durable, so memory never runs ahead of IndexedDB, and hold requests back for a while, so
+    /// a store that keeps refusing (a full disk, a record it cannot hold) does not turn into
+    /// requests in a tight loop.
+    async fn recover(&self, error: &ClientError) {
+        let failures = self.engine.borrow().storage_failures() + 1;
         if let Ok(Some(state)) = self.store.load().await {
             let seed = self.seed.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
             self.seed.set(seed);
             *self.engine.borrow_mut() = Engine::new(self.config.clone(), state, seed);
         }
+        let message = format!("{}: {}", error.code, error.message);
+        self.engine.borrow_mut().after_storage_failure(now(), failures, message);
     }
 
     /// Persists what an engine step returned and emits its events once it is durable.
@@ -92,9 +100,10 @@ impl Inner {
             }
         };
         if let Err(e) = written {
-            self.recover().await;
+            self.recover(&e).await;
             return Err(e);
         }
+        *self.checkpoint.borrow_mut() = self.engine.borrow().checkpoint().clone();
         self.emit(tx);
         Ok(())
     }
@@ -228,7 +237,7 @@ impl Inner {
             Err(e) => {
                 // The engine already moved on to this page: roll both back to what is durable.
                 txn.abort();
-                self.recover().await;
+                self.recover(&e).await;
                 Err(e)
             }
         }
@@ -253,6 +262,10 @@ impl Inner {
     /// would fail the pull the same way, so the call reports it instead.
     pub async fn sync(&self) -> Result<SyncReport, ClientError> {
         let _turn = self.activity.lock().await;
+        if !self.engine.borrow().health(now()).online {
+            return Err(ClientError::new("OFFLINE", "the browser reports no network; writes wait in the outbox").with_retryable(true));
+        }
+        self.engine.borrow_mut().request_push();
         let (pushes, failure) = self.push_all().await?;
         if let Some((f, class)) = &failure {
             if class.is_retryable() {
@@ -271,13 +284,15 @@ impl Inner {
         self.pull_run().await
     }
 
-    /// A timer fired: do whatever the engine says is due. Failures are already events.
-    pub async fn tick(&self) {
-        let Some(_turn) = self.activity.try_lock() else { return };
-        if self.closed.get() {
-            return;
+    /// A timer fired: do whatever the engine says is due. Failures are already events. Returns
+    /// false when another activity was running: it re-arms the timer itself when it ends, so the
+    /// caller must not (the timer would fire again at once, over and over, until it does).
+    pub async fn tick(&self) -> bool {
+        let Some(_turn) = self.activity.try_lock() else { return false };
+        if !self.closed.get() {
+            let _ = self.push_all().await;
+            let _ = self.pull_run().await;
         }
-        let _ = self.push_all().await;
-        let _ = self.pull_run().await;
+        true
     }
 }

@@ -52,8 +52,9 @@ pub fn arm(inner: &Rc<Inner>, scheduler: &Rc<Scheduler>) {
 fn fire(inner: Weak<Inner>, scheduler: Weak<Scheduler>) {
     wasm_bindgen_futures::spawn_local(async move {
         let (Some(inner), Some(scheduler)) = (inner.upgrade(), scheduler.upgrade()) else { return };
-        inner.tick().await;
-        arm(&inner, &scheduler);
+        if inner.tick().await {
+            arm(&inner, &scheduler);
+        }
     });
 }
 
@@ -77,6 +78,9 @@ pub fn open_wake_stream(inner: &Rc<Inner>, scheduler: &Rc<Scheduler>) {
             retry_wake_stream(weak_inner.clone(), weak_sched.clone());
             return;
         };
+        if inner.closed.get() {
+            return;  // closed while the token lookup ran
+        }
         let url = format!(
             "{}/kizuna/v1/wake?access_token={}",
             inner.transport.base_url.trim_end_matches('/'),
