@@ -28,8 +28,8 @@ command -v wasm-pack >/dev/null || { echo "setup: cargo install wasm-pack"; carg
 
 # A wasm-opt on PATH keeps wasm-pack from downloading binaryen; npm's build is current enough
 # for the features rustc emits today, Debian's is not.
-if [ ! -x tools/node_modules/.bin/wasm-opt ] || [ ! -d tools/node_modules/playwright-core ]; then
-  echo "setup: npm install (binaryen, playwright-core) into tools/"
+if [ ! -x tools/node_modules/.bin/wasm-opt ] || [ ! -d tools/node_modules/playwright-core ] || [ ! -x tools/node_modules/.bin/tsc ]; then
+  echo "setup: npm install (binaryen, playwright-core, typescript) into tools/"
   (cd tools && npm install --silent --no-audit --no-fund)
 fi
 echo "setup: tools ready"

@@ -16,13 +16,14 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::error::ClientError;
-use crate::events::{Listeners, EVENT_NAMES};
+use crate::events::{self, Listeners, EVENT_NAMES};
 use crate::js;
 use crate::lock::DatabaseLock;
 use crate::runner::{now, Inner};
 use crate::scheduler::{self, Scheduler};
 use crate::options::ClientOptions;
 use crate::store::Store;
+use crate::values;
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &str = r#"
@@ -78,8 +79,60 @@ export interface Checkpoint { cursor: string | null; horizon: number; committedA
 export interface SyncHealth { failureStreak: number; lastError: string | null; lastSuccessAt: number | null; inFlight: boolean; online: boolean; }
 export interface SyncStatus { pending: number; retrying: number; deadLetters: number; applied: number; rejected: number; skipped: number; delayed: number; }
 export interface SyncReport { pushes: number; pulled: boolean; pushError: { code: string; message: string; status: number | null } | null; }
-export type KizunaEventName = "change" | "applied" | "rejected" | "deadLetter" | "pushFailed" | "pullFailed" | "pullProgress"
-  | "checkpoint" | "conflicts" | "checkpointExpired" | "serverReset" | "rehydrated";
+export interface QueryFilter {
+  /** Columns that must equal these values. */
+  where?: Row;
+  /** Only rows the server placed in this bucket (and rows written here that no pull has placed yet). */
+  bucket?: string;
+}
+
+/** A write waiting in the outbox. */
+export interface PendingWrite {
+  seq: number; id: string; table: string; pk: string; op: "upsert" | "patch" | "delete"; columns: Row | null;
+  /** Shared by the members of one atomic batch. */
+  batch: string | null;
+  applyAfter: number | null; createdAt: number;
+  /** The committed horizon when the write was made. */
+  readSeq: number;
+  /** Has gone on the wire at least once (it is then never coalesced away). */
+  sent: boolean;
+  attempts: number;
+  /** Consecutive permanent refusals; at 5 the write becomes a dead letter. */
+  permanentFailures: number;
+  retryAt: number | null; lastError: string | null;
+}
+
+export interface DeadLetter { entry: PendingWrite; error: string; deadAt: number; }
+export interface Conflict {
+  table: string; pk: string; column: string; loser: unknown; winner: unknown;
+  loserSeq?: number | null; winnerSeq: number; loserBy?: string | null;
+}
+
+/** The payload of each event. */
+export interface KizunaEvents {
+  change: { origin: "local" | "remote" | "compensation"; keys: { table: string; pk: string }[] };
+  applied: { id: string; seq: number | null };
+  rejected: { reason: "DELETE_WINS" | "RLS_DENIED" | "VALIDATION_FAILED" | "CONSTRAINT_VIOLATION" | "SCHEMA_MISMATCH" | "BATCH_ABORTED"; mutation: PendingWrite; serverRow: Row | null };
+  deadLetter: { entry: PendingWrite; error: string };
+  pushFailed: { code: string; message: string; retryable: boolean };
+  pullFailed: { code: string; message: string; retryable: boolean };
+  pullProgress: { pages: number; entries: number };
+  checkpoint: { cursor: string; horizon: number };
+  conflicts: { conflicts: Conflict[] };
+  checkpointExpired: Record<string, never>;
+  serverReset: Record<string, never>;
+  rehydrated: { horizon: number };
+}
+export type KizunaEventName = keyof KizunaEvents;
+
+/** Typed forms of the methods whose last argument is optional (merged into the class). */
+export interface KizunaClient {
+  put(table: string, pk: string, row: Row, options?: WriteOptions): Promise<void>;
+  patch(table: string, pk: string, columns: Row, options?: WriteOptions): Promise<void>;
+  delete(table: string, pk: string, options?: WriteOptions): Promise<void>;
+  query(table: string, filter?: QueryFilter): Promise<Row[]>;
+  on<K extends KizunaEventName>(name: K, listener: (event: KizunaEvents[K]) => void): () => void;
+}
 "#;
 
 /// An offline-first client over one IndexedDB database.
@@ -98,40 +151,25 @@ fn to_js<T: serde::Serialize + ?Sized>(value: &T) -> JsValue {
     js::encode(value).unwrap_or(JsValue::NULL)
 }
 
-/// Reads an object of columns from JS; anything but a plain object is refused.
-fn row_from_js(value: JsValue, what: &str) -> Result<Row, JsValue> {
-    if !value.is_object() || js_sys::Array::is_array(&value) {
-        return Err(invalid(format!("{what} must be an object of columns")));
-    }
-    match serde_wasm_bindgen::from_value::<Value>(value) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(invalid(format!("{what} must be an object of columns"))),
-        Err(e) => Err(invalid(format!("{what} is not JSON-representable: {e}"))),
-    }
-}
-
-fn write_options(options: JsValue) -> Result<(Option<i64>, Option<bool>), JsValue> {
-    if options.is_undefined() || options.is_null() {
-        return Ok((None, None));
+/// A write's options: `applyAfter` and `latestOnly`; any other key is refused, so a misspelt
+/// option fails loudly.
+fn write_options(options: Option<JsValue>) -> Result<(Option<i64>, Option<bool>), JsValue> {
+    let Some(options) = values::options(&options.unwrap_or(JsValue::UNDEFINED), "options")? else { return Ok((None, None)) };
+    for key in js_sys::Object::keys(&options).iter().filter_map(|k| k.as_string()) {
+        if key != "applyAfter" && key != "latestOnly" {
+            return Err(invalid(format!("unknown write option '{key}'; known: applyAfter, latestOnly")));
+        }
     }
     let after = Reflect::get(&options, &"applyAfter".into()).unwrap_or(JsValue::UNDEFINED);
-    let apply_after = if after.is_undefined() || after.is_null() {
-        None
-    } else if let Some(date) = after.dyn_ref::<js_sys::Date>() {
-        Some(date.get_time() as i64)
-    } else if let Some(ms) = after.as_f64().filter(|v| v.is_finite()) {
-        Some(ms as i64)
-    } else {
-        return Err(invalid("options.applyAfter must be a Date or a number of ms since the epoch"));
-    };
+    let apply_after = if after.is_undefined() || after.is_null() { None } else { Some(values::instant(&after, "options.applyAfter")?) };
     let latest = Reflect::get(&options, &"latestOnly".into()).unwrap_or(JsValue::UNDEFINED);
     let latest_only = if latest.is_undefined() { None } else { Some(latest.as_bool().ok_or_else(|| invalid("options.latestOnly must be a boolean"))?) };
     Ok((apply_after, latest_only))
 }
 
-fn single_write(table: String, pk: String, op: Op, columns: Option<Row>, options: JsValue) -> Result<LocalWrite, JsValue> {
+fn single_write(table: &JsValue, pk: &JsValue, op: Op, columns: Option<Row>, options: Option<JsValue>) -> Result<LocalWrite, JsValue> {
     let (apply_after, latest_only) = write_options(options)?;
-    Ok(LocalWrite { table, pk, op, columns, apply_after, latest_only })
+    Ok(LocalWrite { table: values::text(table, "table")?, pk: values::text(pk, "pk")?, op, columns, apply_after, latest_only })
 }
 
 fn random_seed() -> u64 {
@@ -218,21 +256,26 @@ impl KizunaClient {
         future_to_promise(async move { Self::connect(options).await.map(JsValue::from) })
     }
 
-    /// Writes a whole row locally (visible at once) and queues it for the server.
+    /// Creates the row, or assigns the columns it names when the row exists (the others keep
+    /// their values), locally at once and then on the server.
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
-    pub fn put(&self, table: String, pk: String, #[wasm_bindgen(unchecked_param_type = "Row")] row: JsValue,
-               #[wasm_bindgen(unchecked_param_type = "WriteOptions | undefined")] options: JsValue) -> Promise {
-        match row_from_js(row, "row").and_then(|row| single_write(table, pk, Op::Upsert, Some(row), options)) {
+    pub fn put(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue,
+               #[wasm_bindgen(unchecked_param_type = "string")] pk: JsValue,
+               #[wasm_bindgen(unchecked_param_type = "Row")] row: JsValue,
+               options: Option<JsValue>) -> Promise {
+        match values::row(&row, "row").and_then(|row| single_write(&table, &pk, Op::Upsert, Some(row), options)) {
             Ok(w) => self.write(vec![w]),
             Err(e) => Promise::reject(&e),
         }
     }
 
-    /// Assigns only the named columns, locally and on the server.
+    /// Assigns only the named columns of an existing row, locally and on the server.
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
-    pub fn patch(&self, table: String, pk: String, #[wasm_bindgen(unchecked_param_type = "Row")] columns: JsValue,
-                 #[wasm_bindgen(unchecked_param_type = "WriteOptions | undefined")] options: JsValue) -> Promise {
-        match row_from_js(columns, "columns").and_then(|c| single_write(table, pk, Op::Patch, Some(c), options)) {
+    pub fn patch(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue,
+                 #[wasm_bindgen(unchecked_param_type = "string")] pk: JsValue,
+                 #[wasm_bindgen(unchecked_param_type = "Row")] columns: JsValue,
+                 options: Option<JsValue>) -> Promise {
+        match values::row(&columns, "columns").and_then(|c| single_write(&table, &pk, Op::Patch, Some(c), options)) {
             Ok(w) => self.write(vec![w]),
             Err(e) => Promise::reject(&e),
         }
@@ -240,9 +283,10 @@ impl KizunaClient {
 
     /// Deletes the row locally and queues the delete.
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
-    pub fn delete(&self, table: String, pk: String,
-                  #[wasm_bindgen(unchecked_param_type = "WriteOptions | undefined")] options: JsValue) -> Promise {
-        match single_write(table, pk, Op::Delete, None, options) {
+    pub fn delete(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue,
+                  #[wasm_bindgen(unchecked_param_type = "string")] pk: JsValue,
+                  options: Option<JsValue>) -> Promise {
+        match single_write(&table, &pk, Op::Delete, None, options) {
             Ok(w) => self.write(vec![w]),
             Err(e) => Promise::reject(&e),
         }
@@ -260,12 +304,12 @@ impl KizunaClient {
             list.iter()
                 .enumerate()
                 .map(|(i, w)| {
-                    let field = |k: &str| Reflect::get(&w, &k.into()).ok().and_then(|v| v.as_string());
-                    let table = field("table").ok_or_else(|| invalid(format!("writes[{i}].table must be a string")))?;
-                    let pk = field("pk").ok_or_else(|| invalid(format!("writes[{i}].pk must be a string")))?;
-                    let (op, columns) = match field("op").as_deref() {
-                        Some("upsert") => (Op::Upsert, Some(row_from_js(Reflect::get(&w, &"row".into()).unwrap_or_default(), &format!("writes[{i}].row"))?)),
-                        Some("patch") => (Op::Patch, Some(row_from_js(Reflect::get(&w, &"columns".into()).unwrap_or_default(), &format!("writes[{i}].columns"))?)),
+                    let field = |k: &str| Reflect::get(&w, &k.into()).unwrap_or(JsValue::UNDEFINED);
+                    let table = values::text(&field("table"), &format!("writes[{i}].table"))?;
+                    let pk = values::text(&field("pk"), &format!("writes[{i}].pk"))?;
+                    let (op, columns) = match field("op").as_string().as_deref() {
+                        Some("upsert") => (Op::Upsert, Some(values::row(&field("row"), &format!("writes[{i}].row"))?)),
+                        Some("patch") => (Op::Patch, Some(values::row(&field("columns"), &format!("writes[{i}].columns"))?)),
                         Some("delete") => (Op::Delete, None),
                         _ => return Err(invalid(format!("writes[{i}].op must be \"upsert\", \"patch\" or \"delete\""))),
                     };
@@ -281,7 +325,12 @@ impl KizunaClient {
 
     /// The visible row, or null.
     #[wasm_bindgen(unchecked_return_type = "Promise<Row | null>")]
-    pub fn get(&self, table: String, pk: String) -> Promise {
+    pub fn get(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue,
+               #[wasm_bindgen(unchecked_param_type = "string")] pk: JsValue) -> Promise {
+        let (table, pk) = match values::text(&table, "table").and_then(|t| Ok((t, values::text(&pk, "pk")?))) {
+            Ok(args) => args,
+            Err(e) => return Promise::reject(&e),
+        };
         self.run(|inner, _| async move {
             let record = inner.store.get_row(&table, &pk).await?;
             Ok(record.and_then(|r| r.visible).map(|row| to_js(&Value::Object(row))).unwrap_or(JsValue::NULL))
@@ -290,31 +339,49 @@ impl KizunaClient {
 
     /// Every visible row of a table.
     #[wasm_bindgen(unchecked_return_type = "Promise<Row[]>")]
-    pub fn list(&self, table: String) -> Promise {
+    pub fn list(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue) -> Promise {
+        let table = match values::text(&table, "table") {
+            Ok(t) => t,
+            Err(e) => return Promise::reject(&e),
+        };
         self.run(|inner, _| async move { Ok(rows_to_js(inner.store.rows_where("table", &table).await?)) })
     }
 
     /// Visible rows of a table whose columns equal every value in `where`; `bucket` narrows to one
     /// bucket through its index.
     #[wasm_bindgen(unchecked_return_type = "Promise<Row[]>")]
-    pub fn query(&self, table: String,
-                 #[wasm_bindgen(unchecked_param_type = "{ where?: Row; bucket?: string }")] filter: JsValue) -> Promise {
-        let parsed = (|| -> Result<(Row, Option<String>), JsValue> {
-            if filter.is_undefined() || filter.is_null() {
-                return Ok((Row::new(), None));
+    pub fn query(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue,
+                 filter: Option<JsValue>) -> Promise {
+        let parsed = (|| -> Result<(String, Row, Option<String>), JsValue> {
+            let table = values::text(&table, "table")?;
+            let Some(filter) = values::options(&filter.unwrap_or(JsValue::UNDEFINED), "filter")? else {
+                return Ok((table, Row::new(), None));
+            };
+            for key in js_sys::Object::keys(&filter).iter().filter_map(|k| k.as_string()) {
+                if key != "where" && key != "bucket" {
+                    return Err(invalid(format!("unknown filter key '{key}'; known: where, bucket")));
+                }
             }
             let w = Reflect::get(&filter, &"where".into()).unwrap_or_default();
-            let conditions = if w.is_undefined() { Row::new() } else { row_from_js(w, "filter.where")? };
-            let bucket = Reflect::get(&filter, &"bucket".into()).ok().and_then(|b| b.as_string());
-            Ok((conditions, bucket))
+            let conditions = if w.is_undefined() { Row::new() } else { values::row(&w, "filter.where")? };
+            let b = Reflect::get(&filter, &"bucket".into()).unwrap_or_default();
+            let bucket = if b.is_undefined() { None } else { Some(values::text(&b, "filter.bucket")?) };
+            Ok((table, conditions, bucket))
         })();
-        let (conditions, bucket) = match parsed {
+        let (table, conditions, bucket) = match parsed {
             Ok(p) => p,
             Err(e) => return Promise::reject(&e),
         };
         self.run(|inner, _| async move {
             let records = match &bucket {
-                Some(b) => inner.store.rows_where("bucket", b).await?.into_iter().filter(|r| r.table == table).collect(),
+                Some(b) => {
+                    let mut placed: Vec<RowRecord> = inner.store.rows_where("bucket", b).await?.into_iter().filter(|r| r.table == table).collect();
+                    // Read your writes: a row written here has no bucket until a pull places it,
+                    // and the app asked for its own rows too.
+                    let engine = inner.engine.borrow();
+                    placed.extend(engine.tracked_rows().filter(|r| r.table == table && r.bucket.is_none()).cloned());
+                    placed
+                }
                 None => inner.store.rows_where("table", &table).await?,
             };
             let matching = records
@@ -371,22 +438,26 @@ impl KizunaClient {
     }
 
     /// The writes waiting in the outbox, oldest first.
-    #[wasm_bindgen(js_name = pendingWrites)]
+    #[wasm_bindgen(js_name = pendingWrites, unchecked_return_type = "PendingWrite[]")]
     pub fn pending_writes(&self) -> JsValue {
-        to_js(&self.inner.engine.borrow().outbox().collect::<Vec<_>>())
+        to_js(&self.inner.engine.borrow().outbox().map(events::entry_json).collect::<Vec<_>>())
     }
 
     /// Writes moved out of the queue after exhausting their budget, kept until requeued or discarded.
-    #[wasm_bindgen(js_name = deadLetters)]
+    #[wasm_bindgen(js_name = deadLetters, unchecked_return_type = "DeadLetter[]")]
     pub fn dead_letters(&self) -> JsValue {
-        to_js(self.inner.engine.borrow().dead_letters())
+        to_js(&self.inner.engine.borrow().dead_letters().iter().map(events::dead_letter_json).collect::<Vec<_>>())
     }
 
     /// Puts a dead letter back in the queue with a fresh budget (and a new id and sequence number).
     #[wasm_bindgen(js_name = requeueDeadLetter, unchecked_return_type = "Promise<void>")]
     pub fn requeue_dead_letter(&self, seq: f64) -> Promise {
+        let seq = match values::whole_number(seq, "seq") {
+            Ok(s) => s,
+            Err(e) => return Promise::reject(&e),
+        };
         self.run(|inner, scheduler| async move {
-            inner.requeue_dead(seq as i64).await?;
+            inner.requeue_dead(seq).await?;
             scheduler::arm(&inner, &scheduler);
             Ok(JsValue::UNDEFINED)
         })
@@ -395,18 +466,27 @@ impl KizunaClient {
     /// Drops a dead letter for good and restores the row it had changed.
     #[wasm_bindgen(js_name = discardDeadLetter, unchecked_return_type = "Promise<void>")]
     pub fn discard_dead_letter(&self, seq: f64) -> Promise {
+        let seq = match values::whole_number(seq, "seq") {
+            Ok(s) => s,
+            Err(e) => return Promise::reject(&e),
+        };
         self.run(|inner, _| async move {
-            inner.discard_dead(seq as i64).await?;
+            inner.discard_dead(seq).await?;
             Ok(JsValue::UNDEFINED)
         })
     }
 
     /// Subscribes to an event; returns a function that unsubscribes.
     #[wasm_bindgen(unchecked_return_type = "() => void")]
-    pub fn on(&self, #[wasm_bindgen(unchecked_param_type = "KizunaEventName")] name: String, listener: Function) -> Result<Function, JsValue> {
+    // TypeScript sees the generic signature of the `KizunaClient` interface above, which types each
+    // listener by its event; `never` keeps it from settling on this untyped one instead.
+    pub fn on(&self, #[wasm_bindgen(unchecked_param_type = "never")] name: JsValue,
+              #[wasm_bindgen(unchecked_param_type = "never")] listener: JsValue) -> Result<Function, JsValue> {
+        let name = values::text(&name, "name")?;
         if !EVENT_NAMES.contains(&name.as_str()) {
             return Err(invalid(format!("unknown event '{name}'; known: {}", EVENT_NAMES.join(", "))));
         }
+        let listener: Function = listener.dyn_into().map_err(|_| invalid("listener must be a function"))?;
         let id = self.inner.listeners.borrow_mut().add(&name, listener);
         let listeners = Rc::downgrade(&self.inner.listeners);
         let off = Closure::once_into_js(move || {

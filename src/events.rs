@@ -4,7 +4,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use js_sys::Function;
-use kizuna_engine::{ChangeOrigin, Event};
+use kizuna_engine::protocol::Conflict;
+use kizuna_engine::{ChangeOrigin, DeadLetter, Event, OutboxEntry};
 use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;
 
@@ -73,6 +74,29 @@ fn origin(origin: &ChangeOrigin) -> &'static str {
     }
 }
 
+/// A pending write as the app sees it (`pendingWrites()`, the `rejected` and `deadLetter`
+/// events): camelCase, like every other payload.
+pub fn entry_json(e: &OutboxEntry) -> Value {
+    json!({
+        "seq": e.seq, "id": e.id, "table": e.table, "pk": e.pk, "op": e.op, "columns": e.columns,
+        "batch": e.batch, "applyAfter": e.apply_after, "createdAt": e.created_at, "readSeq": e.read_seq,
+        "sent": e.sent, "attempts": e.attempts, "permanentFailures": e.permanent_failures,
+        "retryAt": e.retry_at, "lastError": e.last_error,
+    })
+}
+
+/// A dead letter as the app sees it (`deadLetters()`).
+pub fn dead_letter_json(d: &DeadLetter) -> Value {
+    json!({ "entry": entry_json(&d.entry), "error": d.error, "deadAt": d.dead_at })
+}
+
+fn conflict_json(c: &Conflict) -> Value {
+    json!({
+        "table": c.table, "pk": c.pk, "column": c.column, "loser": c.loser, "winner": c.winner,
+        "loserSeq": c.loser_seq, "winnerSeq": c.winner_seq, "loserBy": c.loser_by,
+    })
+}
+
 fn describe(event: &Event) -> (&'static str, Value) {
     match event {
         Event::Change { keys, origin: o } => (
@@ -82,9 +106,9 @@ fn describe(event: &Event) -> (&'static str, Value) {
         Event::Applied { id, seq } => ("applied", json!({ "id": id, "seq": seq })),
         Event::Rejected { mutation, reason, server_row } => (
             "rejected",
-            json!({ "reason": reason.as_str(), "mutation": mutation, "serverRow": server_row }),
+            json!({ "reason": reason.as_str(), "mutation": entry_json(mutation), "serverRow": server_row }),
         ),
-        Event::DeadLetter { entry, error } => ("deadLetter", json!({ "entry": entry, "error": error })),
+        Event::DeadLetter { entry, error } => ("deadLetter", json!({ "entry": entry_json(entry), "error": error })),
         Event::PushFailed { code, message, retryable } => {
             ("pushFailed", json!({ "code": code, "message": message, "retryable": retryable }))
         }
@@ -93,7 +117,7 @@ fn describe(event: &Event) -> (&'static str, Value) {
         }
         Event::PullProgress { pages, entries } => ("pullProgress", json!({ "pages": pages, "entries": entries })),
         Event::Checkpoint { cursor, horizon } => ("checkpoint", json!({ "cursor": cursor, "horizon": horizon })),
-        Event::Conflicts(conflicts) => ("conflicts", json!({ "conflicts": conflicts })),
+        Event::Conflicts(conflicts) => ("conflicts", json!({ "conflicts": conflicts.iter().map(conflict_json).collect::<Vec<_>>() })),
         Event::CheckpointExpired => ("checkpointExpired", json!({})),
         Event::ServerReset => ("serverReset", json!({})),
         Event::Rehydrated { horizon } => ("rehydrated", json!({ "horizon": horizon })),

@@ -7,6 +7,9 @@
 --   {"action": "reap"}                                     run the reaper now with the settings
 --   {"action": "reap", "tombstone_retention_seconds": 0,   ... or with shorter retention, e.g. to
 --                      "ledger_retention_seconds": 3600}       expire old checkpoints at once
+--   {"action": "new_epoch"}                                start a new server history (after restoring
+--                                                          a backup in place): every cursor answers
+--                                                          SERVER_RESET and clients rehydrate
 create or replace function kizuna.seconds_arg(request jsonb, field text) returns interval
 language plpgsql immutable as $$
 begin
@@ -32,8 +35,10 @@ begin
     when 'reap' then
       return kizuna.reap(kizuna.seconds_arg(request, 'tombstone_retention_seconds'),
                          kizuna.seconds_arg(request, 'ledger_retention_seconds'));
+    when 'new_epoch' then
+      return jsonb_build_object('epoch', kizuna.new_epoch());
     else
-      perform kizuna.fail('KZP01', 'unknown action', null, 'use "status" or "reap"');
+      perform kizuna.fail('KZP01', 'unknown action', null, 'use "status", "reap" or "new_epoch"');
   end case;
   return null;
 end

@@ -2,7 +2,6 @@
 //! `notes` table of server/sql/examples/notes.sql is in hlc mode with the journal on.
 
 use serde_json::json;
-use wasm_bindgen::JsValue;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 use crate::support::*;
@@ -13,24 +12,24 @@ async fn in_hlc_mode_the_later_clock_holds_a_column_and_the_device_that_lost_is_
     let id = random_id();
     let a = open(&options(&format!("hlc-a-{}", random_id()), &user)).await;
     let b = open(&options(&format!("hlc-b-{}", random_id()), &user)).await;
-    ok(a.put("notes".into(), id.clone(), to_js(&json!({"id": id, "body": "first", "color": "red"})), JsValue::UNDEFINED)).await;
+    ok(a.put("notes".into(), id.clone().into(), to_js(&json!({"id": id, "body": "first", "color": "red"})), None)).await;
     ok(a.sync()).await;
     ok(b.sync()).await;
 
     // A edits first but pushes last; B edits the body later and pushes first.
     let conflicts = record(&a, "conflicts");
-    ok(a.patch("notes".into(), id.clone(), to_js(&json!({"body": "from a", "color": "blue"})), JsValue::UNDEFINED)).await;
+    ok(a.patch("notes".into(), id.clone().into(), to_js(&json!({"body": "from a", "color": "blue"})), None)).await;
     sleep(5).await;
-    ok(b.patch("notes".into(), id.clone(), to_js(&json!({"body": "from b"})), JsValue::UNDEFINED)).await;
+    ok(b.patch("notes".into(), id.clone().into(), to_js(&json!({"body": "from b"})), None)).await;
     ok(b.sync()).await;
     let report = ok(a.sync()).await;
     assert!(report["pushError"].is_null(), "{report}");
 
-    let row = ok(a.get("notes".into(), id.clone())).await;
+    let row = ok(a.get("notes".into(), id.clone().into())).await;
     assert_eq!(row["body"], "from b", "the later clock holds the body, though its write arrived first: {row}");
     assert_eq!(row["color"], "blue", "the column only A wrote is A's: {row}");
     ok(b.sync()).await;
-    assert_eq!(ok(b.get("notes".into(), id.clone())).await, row, "both devices converge");
+    assert_eq!(ok(b.get("notes".into(), id.clone().into())).await, row, "both devices converge");
 
     assert_eq!(conflicts.length(), 1, "one conflicts event, after the commit that settled the row");
     let list = from_js(conflicts.get(0))["conflicts"].clone();
@@ -50,16 +49,16 @@ async fn with_the_journal_off_a_contested_column_raises_no_conflicts_event() {
     let id = random_id();
     let a = open(&options(&format!("arrival-a-{}", random_id()), &user)).await;
     let b = open(&options(&format!("arrival-b-{}", random_id()), &user)).await;
-    ok(a.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": "first"})), JsValue::UNDEFINED)).await;
+    ok(a.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "first"})), None)).await;
     ok(a.sync()).await;
     ok(b.sync()).await;
 
     let conflicts = record(&a, "conflicts");
-    ok(a.patch("todos".into(), id.clone(), to_js(&json!({"title": "from a"})), JsValue::UNDEFINED)).await;
-    ok(b.patch("todos".into(), id.clone(), to_js(&json!({"title": "from b"})), JsValue::UNDEFINED)).await;
+    ok(a.patch("todos".into(), id.clone().into(), to_js(&json!({"title": "from a"})), None)).await;
+    ok(b.patch("todos".into(), id.clone().into(), to_js(&json!({"title": "from b"})), None)).await;
     ok(b.sync()).await;
     ok(a.sync()).await;
-    assert_eq!(ok(a.get("todos".into(), id.clone())).await["title"], "from a", "arrival mode: the later arrival holds");
+    assert_eq!(ok(a.get("todos".into(), id.clone().into())).await["title"], "from a", "arrival mode: the later arrival holds");
     assert_eq!(conflicts.length(), 0, "the todos table keeps no journal");
     a.close();
     b.close();

@@ -16,7 +16,7 @@ async fn write_rows(user: &str, count: usize) -> Vec<String> {
     let writer = open(&options(&format!("writer-{}", random_id()), user)).await;
     let ids: Vec<String> = (0..count).map(|_| random_id()).collect();
     for (i, id) in ids.iter().enumerate() {
-        ok(writer.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": format!("row {i}"), "position": i})), JsValue::UNDEFINED)).await;
+        ok(writer.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": format!("row {i}"), "position": i})), None)).await;
     }
     ok(writer.sync()).await;
     writer.close();
@@ -85,15 +85,15 @@ async fn a_pending_edit_survives_a_checkpoint_that_changes_another_column() {
     let id = random_id();
     let a = open(&options(&format!("rebase-a-{}", random_id()), &user)).await;
     let b = open(&options(&format!("rebase-b-{}", random_id()), &user)).await;
-    ok(a.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": "plain", "done": false})), JsValue::UNDEFINED)).await;
+    ok(a.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "plain", "done": false})), None)).await;
     ok(a.sync()).await;
     ok(b.sync()).await;
-    ok(b.patch("todos".into(), id.clone(), to_js(&json!({"done": true})), JsValue::UNDEFINED)).await;
+    ok(b.patch("todos".into(), id.clone().into(), to_js(&json!({"done": true})), None)).await;
     ok(b.sync()).await;
 
-    ok(a.patch("todos".into(), id.clone(), to_js(&json!({"title": "mine"})), JsValue::UNDEFINED)).await;
+    ok(a.patch("todos".into(), id.clone().into(), to_js(&json!({"title": "mine"})), None)).await;
     ok(a.pull()).await;
-    let row = ok(a.get("todos".into(), id.clone())).await;
+    let row = ok(a.get("todos".into(), id.clone().into())).await;
     assert_eq!(row["title"], "mine", "the unsent edit stays on screen: {row}");
     assert_eq!(row["done"], true, "the remote column appears underneath it: {row}");
     assert_eq!(from_js(a.pending_writes()).as_array().unwrap().len(), 1);
@@ -119,7 +119,7 @@ async fn the_cursor_never_moves_back_over_random_writes_and_pulls() {
             let n = 1 + (js_sys::Math::random() * 4.0) as usize;
             for _ in 0..n {
                 let id = random_id();
-                ok(writer.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": "r"})), JsValue::UNDEFINED)).await;
+                ok(writer.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "r"})), None)).await;
                 written += 1;
             }
             ok(writer.sync()).await;
@@ -150,13 +150,13 @@ async fn an_expired_checkpoint_is_rehydrated_with_the_outbox_intact() {
     // checkpoint predates the retained history and can no longer be continued.
     let other = open(&options(&format!("expire-other-{}", random_id()), &user)).await;
     ok(other.pull()).await;
-    ok(other.delete("todos".into(), ids[0].clone(), JsValue::UNDEFINED)).await;
+    ok(other.delete("todos".into(), ids[0].clone().into(), None)).await;
     ok(other.sync()).await;
     other.close();
     let reaped = reap_all_tombstones().await;
     assert!(reaped["tombstones_pruned"].as_i64().unwrap() >= 1, "{reaped}");
 
-    ok(client.patch("todos".into(), ids[1].clone(), to_js(&json!({"title": "kept"})), JsValue::UNDEFINED)).await;
+    ok(client.patch("todos".into(), ids[1].clone().into(), to_js(&json!({"title": "kept"})), None)).await;
     ok(client.pull()).await;
     assert_eq!(expired.length(), 1, "the expiry was announced");
     assert_eq!(rehydrated.length(), 1, "and the rehydrate");
@@ -203,7 +203,7 @@ async fn a_hundred_thousand_row_first_sync_reports_progress_and_keeps_the_store_
     assert!(progress.length() >= 19, "progress was reported page by page: {}", progress.length());
     let last = from_js(progress.get(progress.length() - 1));
     assert!(last["entries"].as_u64().unwrap() >= 95_000, "{last}");
-    let rows = ok(client.query("todos".into(), to_js(&json!({"bucket": format!("user:{BULK_USER}")})))).await;
+    let rows = ok(client.query("todos".into(), Some(to_js(&json!({"bucket": format!("user:{BULK_USER}")}))))).await;
     assert_eq!(rows.as_array().unwrap().len(), 100_000);
     client.close();
 }

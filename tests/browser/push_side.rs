@@ -19,11 +19,11 @@ async fn a_lost_acknowledgement_followed_by_a_retry_has_one_effect() {
     let client = open(&opts).await;
     let applied = record(&client, "applied");
 
-    ok(client.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": "once"})), JsValue::UNDEFINED)).await;
+    ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "once"})), None)).await;
     let lost = call(client.sync()).await.expect_err("the lost answer fails the sync");
     assert_eq!(error_code(&lost), "NETWORK");
     assert_eq!(from_js(client.pending_writes()).as_array().unwrap().len(), 1, "the write is still pending");
-    assert_eq!(ok(client.get("todos".into(), id.clone())).await["title"], "once", "and still visible");
+    assert_eq!(ok(client.get("todos".into(), id.clone().into())).await["title"], "once", "and still visible");
 
     sleep(40).await;
     let report = ok(client.sync()).await;
@@ -43,12 +43,12 @@ async fn a_refused_write_restores_the_server_row_and_says_why() {
     let id = random_id();
     let client = open(&options(&format!("refused-{}", random_id()), &user)).await;
     let rejected = record(&client, "rejected");
-    ok(client.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": "short"})), JsValue::UNDEFINED)).await;
+    ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "short"})), None)).await;
     ok(client.sync()).await;
 
     let long_title = "x".repeat(300);
-    ok(client.patch("todos".into(), id.clone(), to_js(&json!({"title": long_title})), JsValue::UNDEFINED)).await;
-    assert_eq!(ok(client.get("todos".into(), id.clone())).await["title"], long_title.as_str(), "optimistic at first");
+    ok(client.patch("todos".into(), id.clone().into(), to_js(&json!({"title": long_title})), None)).await;
+    assert_eq!(ok(client.get("todos".into(), id.clone().into())).await["title"], long_title.as_str(), "optimistic at first");
     ok(client.sync()).await;
 
     assert_eq!(rejected.length(), 1);
@@ -56,7 +56,7 @@ async fn a_refused_write_restores_the_server_row_and_says_why() {
     assert_eq!(event["reason"], "VALIDATION_FAILED", "{event}");
     assert_eq!(event["serverRow"]["title"], "short");
     assert_eq!(event["mutation"]["pk"], id.as_str());
-    assert_eq!(ok(client.get("todos".into(), id.clone())).await["title"], "short", "the server's row is back");
+    assert_eq!(ok(client.get("todos".into(), id.clone().into())).await["title"], "short", "the server's row is back");
     assert_eq!(from_js(client.status())["rejected"], 1);
     assert_eq!(from_js(client.pending_writes()), json!([]));
     client.close();
@@ -71,9 +71,9 @@ async fn a_poisoned_write_is_dead_lettered_after_five_tries_while_the_writes_beh
     let mut client = open(&options(&name, &user)).await;
     // Larger than the pack's max_row_bytes: the server refuses the request with KZP04, every time.
     let note = "x".repeat(70_000);
-    ok(client.put("todos".into(), poison.clone(), to_js(&json!({"id": poison, "note": note})), JsValue::UNDEFINED)).await;
+    ok(client.put("todos".into(), poison.clone().into(), to_js(&json!({"id": poison, "note": note})), None)).await;
     for id in &good {
-        ok(client.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": "fine"})), JsValue::UNDEFINED)).await;
+        ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "fine"})), None)).await;
     }
 
     let mut dead_events = record(&client, "deadLetter");
@@ -95,9 +95,9 @@ async fn a_poisoned_write_is_dead_lettered_after_five_tries_while_the_writes_beh
     }
     let dead = from_js(client.dead_letters());
     assert_eq!(dead[0]["entry"]["pk"], poison.as_str(), "{dead}");
-    assert_eq!(dead[0]["entry"]["permanent_failures"], 5, "{dead}");
+    assert_eq!(dead[0]["entry"]["permanentFailures"], 5, "{dead}");
     assert_eq!(dead_events.length(), 1, "the dead letter was announced");
-    assert_eq!(ok(client.get("todos".into(), poison.clone())).await, json!(null), "its local effect is undone");
+    assert_eq!(ok(client.get("todos".into(), poison.clone().into())).await, json!(null), "its local effect is undone");
 
     ok(client.sync()).await;
     assert_eq!(from_js(client.pending_writes()), json!([]), "the rest of the queue moved on");
@@ -119,7 +119,7 @@ async fn a_missing_or_hung_session_fails_the_sync_as_retryable_and_loses_nothing
     let no_token = Closure::<dyn Fn() -> JsValue>::new(|| JsValue::NULL);
     Reflect::set(&signed_out, &"token".into(), &no_token.into_js_value()).unwrap();
     let client = open(&signed_out).await;
-    ok(client.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": "offline draft"})), JsValue::UNDEFINED)).await;
+    ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "offline draft"})), None)).await;
     let err = call(client.sync()).await.expect_err("no session, no sync");
     assert_eq!(error_code(&err), "AUTH_SESSION_MISSING");
     assert_eq!(Reflect::get(&err, &"retryable".into()).unwrap(), JsValue::TRUE);
@@ -165,7 +165,7 @@ async fn a_dead_letter_is_kept_across_a_reload_and_can_be_requeued_or_discarded(
     let poison = random_id();
     let client = open(&options(&name, &user)).await;
     let note = "x".repeat(70_000);
-    ok(client.put("todos".into(), poison.clone(), to_js(&json!({"id": poison, "note": note})), JsValue::UNDEFINED)).await;
+    ok(client.put("todos".into(), poison.clone().into(), to_js(&json!({"id": poison, "note": note})), None)).await;
     sync_until(&client, "the first dead letter", |c| dead_count(c) == 1).await;
     let first_seq = from_js(client.dead_letters())[0]["entry"]["seq"].as_f64().unwrap();
     client.close();
@@ -173,7 +173,7 @@ async fn a_dead_letter_is_kept_across_a_reload_and_can_be_requeued_or_discarded(
     let client = open(&options(&name, &user)).await;
     assert_eq!(dead_count(&client), 1, "the dead letter survives a reload");
     assert_eq!(from_js(client.status())["deadLetters"], 1);
-    assert_eq!(ok(client.get("todos".into(), poison.clone())).await, json!(null), "its local effect stays undone");
+    assert_eq!(ok(client.get("todos".into(), poison.clone().into())).await, json!(null), "its local effect stays undone");
 
     let missing = call(client.requeue_dead_letter(first_seq + 1000.0)).await.expect_err("no such dead letter");
     assert_eq!(error_code(&missing), "NOT_FOUND");
@@ -183,8 +183,8 @@ async fn a_dead_letter_is_kept_across_a_reload_and_can_be_requeued_or_discarded(
     let pending = from_js(client.pending_writes());
     assert_eq!(pending.as_array().unwrap().len(), 1, "{pending}");
     assert!(pending[0]["seq"].as_f64().unwrap() > first_seq, "a requeued write gets a new sequence number");
-    assert_eq!(pending[0]["permanent_failures"], 0, "and a fresh budget");
-    assert_eq!(ok(client.get("todos".into(), poison.clone())).await["note"].as_str().map(str::len), Some(70_000), "visible again");
+    assert_eq!(pending[0]["permanentFailures"], 0, "and a fresh budget");
+    assert_eq!(ok(client.get("todos".into(), poison.clone().into())).await["note"].as_str().map(str::len), Some(70_000), "visible again");
 
     sync_until(&client, "the requeued write's dead letter", |c| dead_count(c) == 1).await;
     let second_seq = from_js(client.dead_letters())[0]["entry"]["seq"].as_f64().unwrap();
@@ -192,7 +192,7 @@ async fn a_dead_letter_is_kept_across_a_reload_and_can_be_requeued_or_discarded(
     assert_eq!(dead_count(&client), 0);
     assert_eq!(from_js(client.pending_writes()), json!([]));
     assert_eq!(from_js(client.status())["deadLetters"], 0);
-    assert_eq!(ok(client.get("todos".into(), poison.clone())).await, json!(null));
+    assert_eq!(ok(client.get("todos".into(), poison.clone().into())).await, json!(null));
     client.close();
     let client = open(&options(&name, &user)).await;
     assert_eq!(dead_count(&client), 0, "a discard is durable");
@@ -222,7 +222,7 @@ async fn an_atomic_batch_lands_whole_or_is_refused_whole() {
     let rejected = record(&client, "rejected");
     let (c, d) = (random_id(), random_id());
     ok(client.batch(to_js(&json!([upsert(&c, "fine"), upsert(&d, &"x".repeat(300))])))).await;
-    assert_eq!(ok(client.get("todos".into(), c.clone())).await["title"], "fine", "optimistic at first");
+    assert_eq!(ok(client.get("todos".into(), c.clone().into())).await["title"], "fine", "optimistic at first");
     ok(client.sync()).await;
     let reasons: std::collections::BTreeMap<String, String> = (0..rejected.length())
         .map(|i| from_js(rejected.get(i)))
@@ -231,8 +231,26 @@ async fn an_atomic_batch_lands_whole_or_is_refused_whole() {
     assert_eq!(reasons.get(&c).map(String::as_str), Some("BATCH_ABORTED"), "{reasons:?}");
     assert_eq!(reasons.get(&d).map(String::as_str), Some("VALIDATION_FAILED"), "{reasons:?}");
     for id in [&c, &d] {
-        assert_eq!(ok(client.get("todos".into(), id.clone())).await, json!(null), "{id} is taken back locally");
+        assert_eq!(ok(client.get("todos".into(), id.clone().into())).await, json!(null), "{id} is taken back locally");
         assert_eq!(server_view(&user, "todos", id).await, json!(null), "{id} never reached the server");
     }
+    client.close();
+}
+
+#[wasm_bindgen_test]
+async fn an_answer_that_stalls_half_way_fails_the_sync_at_the_deadline() {
+    let user = random_id();
+    let id = random_id();
+    let opts = options(&format!("stall-{}", random_id()), &user);
+    set(&opts, "requestTimeoutMs", json!(500));
+    let fetch = faulty_fetch(|url, n| if url.ends_with("kizuna_push") && n == 1 { Fault::StallBody } else { Fault::Pass });
+    Reflect::set(&opts, &"fetch".into(), &fetch).unwrap();
+    let client = open(&opts).await;
+    ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "stalled"})), None)).await;
+    let err = call(client.sync()).await.expect_err("a stalled answer must not hang sync()");
+    assert_eq!(error_code(&err), "TIMEOUT");
+    let report = ok(client.sync()).await;
+    assert_eq!(report["pushes"], 1, "the next sync delivers the write: {report}");
+    assert_eq!(server_view(&user, "todos", &id).await["title"], "stalled");
     client.close();
 }

@@ -108,7 +108,7 @@ pub fn record(client: &KizunaClient, name: &str) -> Array {
     let listener = Closure::<dyn Fn(JsValue)>::new(move |e: JsValue| {
         sink.push(&e);
     });
-    client.on(name.to_string(), listener.into_js_value().unchecked_into()).unwrap();
+    client.on(name.into(), listener.into_js_value()).unwrap();
     seen
 }
 
@@ -120,6 +120,9 @@ pub enum Fault {
     Pass,
     Refuse,
     LoseAnswer,
+    /// Sends the request, passes the answer's status and headers on, and then stalls its body
+    /// forever, as a proxy that hangs mid-answer would.
+    StallBody,
 }
 
 pub fn faulty_fetch(decide: impl Fn(&str, u32) -> Fault + 'static) -> Function {
@@ -141,6 +144,13 @@ pub fn faulty_fetch(decide: impl Fn(&str, u32) -> Fault + 'static) -> Function {
                 );
                 lose.call1(&JsValue::NULL, &sent).unwrap().unchecked_into()
             }
+            Fault::StallBody => {
+                let stall = Function::new_with_args(
+                    "sent",
+                    "return sent.then((r) => new Response(new ReadableStream({ start(c) { c.enqueue(new Uint8Array([123])); } }), { status: r.status, headers: r.headers }))",
+                );
+                stall.call1(&JsValue::NULL, &real.call2(&global, &url, &init).unwrap()).unwrap().unchecked_into()
+            }
         }
     });
     closure.into_js_value().unchecked_into()
@@ -155,17 +165,15 @@ pub async fn server_view(user: &str, table: &str, pk: &str) -> Value {
     row
 }
 
-/// The operator reaps now with zero tombstone retention, so every checkpoint older than the newest
-/// tombstone expires (as it would after the retention window on a real server).
-pub async fn reap_all_tombstones() -> Value {
+/// Calls the operator's RPC (`kizuna_admin`) as service_role and returns its answer.
+pub async fn operator(request: Value) -> Value {
     let headers = Object::new();
     Reflect::set(&headers, &"content-type".into(), &"application/json".into()).unwrap();
     Reflect::set(&headers, &"authorization".into(), &format!("Bearer {}", token_with_role(&random_id(), "service_role")).into()).unwrap();
     let init = Object::new();
     Reflect::set(&init, &"method".into(), &"POST".into()).unwrap();
     Reflect::set(&init, &"headers".into(), &headers).unwrap();
-    let body = json!({"request": {"action": "reap", "tombstone_retention_seconds": 0}}).to_string();
-    Reflect::set(&init, &"body".into(), &body.into()).unwrap();
+    Reflect::set(&init, &"body".into(), &json!({ "request": request }).to_string().into()).unwrap();
     let global = js_sys::global();
     let fetch: Function = Reflect::get(&global, &"fetch".into()).unwrap().unchecked_into();
     let url = format!("{SERVER_URL}/rest/v1/rpc/kizuna_admin");
@@ -173,6 +181,12 @@ pub async fn reap_all_tombstones() -> Value {
         .await
         .expect("the admin call answers")
         .unchecked_into();
-    assert_eq!(response.status(), 200, "the operator may reap");
+    assert_eq!(response.status(), 200, "the operator's call {request} is accepted");
     from_js(call(response.json().unwrap()).await.unwrap())
+}
+
+/// The operator reaps now with zero tombstone retention, so every checkpoint older than the newest
+/// tombstone expires (as it would after the retention window on a real server).
+pub async fn reap_all_tombstones() -> Value {
+    operator(json!({"action": "reap", "tombstone_retention_seconds": 0})).await
 }

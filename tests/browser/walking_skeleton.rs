@@ -13,13 +13,13 @@ async fn a_write_in_one_database_is_read_in_another_after_both_sync() {
     let b = open(&options(&format!("b-{}", random_id()), &user)).await;
     let id = random_id();
 
-    ok(a.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": "buy milk"})), wasm_bindgen::JsValue::UNDEFINED)).await;
-    assert_eq!(ok(a.get("todos".into(), id.clone())).await["title"], "buy milk", "a local write is visible at once");
+    ok(a.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "buy milk"})), None)).await;
+    assert_eq!(ok(a.get("todos".into(), id.clone().into())).await["title"], "buy milk", "a local write is visible at once");
     ok(a.sync()).await;
-    assert_eq!(ok(b.get("todos".into(), id.clone())).await, json!(null), "b has not pulled yet");
+    assert_eq!(ok(b.get("todos".into(), id.clone().into())).await, json!(null), "b has not pulled yet");
 
     ok(b.sync()).await;
-    let row = ok(b.get("todos".into(), id.clone())).await;
+    let row = ok(b.get("todos".into(), id.clone().into())).await;
     assert_eq!(row["title"], "buy milk");
     assert_eq!(row["owner"], user.as_str(), "the server filled in the owner");
     let checkpoint = from_js(b.get_checkpoint());
@@ -35,12 +35,12 @@ async fn a_write_survives_reopening_before_any_push_and_is_pushed_once() {
     let name = format!("reopen-{}", random_id());
     let id = random_id();
     let first = open(&options(&name, &user)).await;
-    ok(first.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": "draft"})), wasm_bindgen::JsValue::UNDEFINED)).await;
+    ok(first.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "draft"})), None)).await;
     first.close();
     drop(first);
 
     let second = open(&options(&name, &user)).await;
-    assert_eq!(ok(second.get("todos".into(), id.clone())).await["title"], "draft", "the row is still there");
+    assert_eq!(ok(second.get("todos".into(), id.clone().into())).await["title"], "draft", "the row is still there");
     let pending = from_js(second.pending_writes());
     assert_eq!(pending.as_array().map(Vec::len), Some(1), "its outbox entry is still there: {pending}");
 
@@ -69,9 +69,9 @@ async fn with_timers_on_a_write_reaches_another_database_without_anyone_calling_
     let changes = record(&b, "change");
     sleep(500).await; // b's first pull and its wake stream settle
     let id = random_id();
-    ok(a.put("todos".into(), id.clone(), to_js(&json!({"id": id, "title": "on its own"})), wasm_bindgen::JsValue::UNDEFINED)).await;
+    ok(a.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "on its own"})), None)).await;
     let mut waited = 0;
-    while ok(b.get("todos".into(), id.clone())).await == json!(null) {
+    while ok(b.get("todos".into(), id.clone().into())).await == json!(null) {
         waited += 100;
         assert!(waited < 15_000, "the write never reached b");
         sleep(100).await;

@@ -123,6 +123,11 @@ impl Engine {
         self.outbox.values()
     }
 
+    /// The row records of keys with a pending write or a dead letter, as last persisted.
+    pub fn tracked_rows(&self) -> impl Iterator<Item = &RowRecord> {
+        self.rows.values()
+    }
+
     /// The pending entries for `key`, in seq order: what is replayed over its base.
     pub fn pending_for<'a>(&'a self, key: &'a RowKey) -> impl Iterator<Item = &'a OutboxEntry> + 'a {
         self.outbox.values().filter(move |e| e.is_for(key))

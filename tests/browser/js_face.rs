@@ -1,0 +1,114 @@
+//! The JS face: every bad argument is a rejected promise (or a thrown Error) with a code, and
+//! stores nothing; rows follow JSON.stringify; reads see the app's own writes.
+
+use js_sys::Function;
+use serde_json::json;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_test::wasm_bindgen_test;
+
+use crate::support::*;
+
+/// A client as JS holds it: the object `KizunaClient.open` resolves to.
+async fn open_in_js(name: &str, user: &str) -> JsValue {
+    call(kizunasync::KizunaClient::open(options(name, user).into())).await.expect("the client opens")
+}
+
+/// Runs `body` as a JS function of `client` and returns what it returns.
+fn js(client: &JsValue, body: &str) -> JsValue {
+    Function::new_with_args("client", body).call1(&JsValue::NULL, client).expect("the snippet runs")
+}
+
+/// Runs `body` and awaits the promise it returns.
+async fn js_await(client: &JsValue, body: &str) -> Result<JsValue, JsValue> {
+    call(js(client, body).unchecked_into()).await
+}
+
+#[wasm_bindgen_test]
+async fn bad_arguments_are_coded_errors_that_store_nothing() {
+    let user = random_id();
+    let client = open_in_js(&format!("args-{}", random_id()), &user).await;
+    let snippets = [
+        "return client.put(42, 'k', {title: 'x'})",
+        "return client.put('todos', '', {title: 'x'})",
+        "return client.put('todos', 'k', [1, 2])",
+        "return client.put('todos', 'k', {title: NaN})",
+        "return client.put('todos', 'k', {when: new Map()})",
+        "return client.put('todos', 'k', {title: 'x'}, {applyAftr: 5})",
+        "return client.put('todos', 'k', {title: 'x'}, {applyAfter: new Date('nonsense')})",
+        "return client.put('todos', 'k', {title: 'x'}, 5)",
+        "return client.patch('todos', 'k', {n: Infinity})",
+        "return client.delete(null, 'k')",
+        "return client.get('todos', 7)",
+        "return client.list(undefined)",
+        "return client.query('todos', {bucket: 3})",
+        "return client.query('todos', {wher: {done: true}})",
+        "return client.requeueDeadLetter(3.5)",
+        "return client.batch([{op: 'upsert', table: 'todos', pk: 'k', row: {f: () => 1}}])",
+    ];
+    for snippet in snippets {
+        let err = js_await(&client, snippet).await.expect_err(snippet);
+        assert!(err.is_instance_of::<js_sys::Error>(), "{snippet}: an Error object");
+        assert_eq!(error_code(&err), "INVALID_ARGUMENT", "{snippet}");
+    }
+    let thrown = js(&client, "try { client.on('change', 42); return null } catch (e) { return e }");
+    assert_eq!(error_code(&thrown), "INVALID_ARGUMENT", "on() with a listener that is not a function");
+    assert_eq!(from_js(js(&client, "return client.pendingWrites()")), json!([]), "nothing was stored");
+    js(&client, "client.close()");
+}
+
+#[wasm_bindgen_test]
+async fn rows_follow_json_stringify_and_reads_see_the_apps_own_writes() {
+    let user = random_id();
+    let client = open_in_js(&format!("rows-{}", random_id()), &user).await;
+    let id = random_id();
+    js_await(&client, &format!(
+        "return client.put('todos', '{id}', {{id: '{id}', title: 'with a date', note: undefined, position: 2,
+                                              done: false, updated_at: new Date(Date.UTC(2026, 0, 2, 3, 4, 5))}})"
+    ))
+    .await
+    .expect("a row with a Date and an undefined property is accepted");
+    let row = from_js(js_await(&client, &format!("return client.get('todos', '{id}')")).await.unwrap());
+    assert_eq!(row["updated_at"], "2026-01-02T03:04:05.000Z", "a Date is its ISO string: {row}");
+    assert!(row.get("note").is_none(), "an undefined property is left out, not set to null: {row}");
+    let pending = from_js(js(&client, "return client.pendingWrites()"));
+    assert_eq!(pending[0]["permanentFailures"], 0, "payloads are camelCase: {pending}");
+    assert_eq!(pending[0]["readSeq"], 0);
+
+    // Before any pull the row has no bucket; a bucket query still shows the app its own write.
+    let bucket = format!("user:{user}");
+    let query = |filter: serde_json::Value| format!("return client.query('todos', {filter})");
+    let mine = from_js(js_await(&client, &query(json!({"bucket": bucket}))).await.unwrap());
+    assert_eq!(mine.as_array().map(Vec::len), Some(1), "{mine}");
+    js_await(&client, "return client.sync()").await.expect("sync");
+    let placed = from_js(js_await(&client, &query(json!({"bucket": bucket, "where": {"done": false}}))).await.unwrap());
+    assert_eq!(placed.as_array().map(Vec::len), Some(1), "{placed}");
+    let none = from_js(js_await(&client, &query(json!({"where": {"done": true}}))).await.unwrap());
+    assert_eq!(none, json!([]), "where filters by column equality");
+    let stored = server_view(&user, "todos", &id).await;
+    assert!(stored["updated_at"].as_str().is_some_and(|s| s.starts_with("2026-01-02T03:04:05")), "{stored}");
+    js(&client, "client.close()");
+}
+
+#[wasm_bindgen_test]
+async fn a_new_server_history_is_rehydrated_with_the_outbox_intact() {
+    let user = random_id();
+    let name = format!("reset-{}", random_id());
+    let client = open(&options(&name, &user)).await;
+    let (kept, pending) = (random_id(), random_id());
+    ok(client.put("todos".into(), kept.clone().into(), to_js(&json!({"id": kept, "title": "on the server"})), None)).await;
+    ok(client.sync()).await;
+    let resets = record(&client, "serverReset");
+    let rehydrated = record(&client, "rehydrated");
+
+    operator(json!({"action": "new_epoch"})).await;
+    ok(client.put("todos".into(), pending.clone().into(), to_js(&json!({"id": pending, "title": "not sent yet"})), None)).await;
+    ok(client.pull()).await;
+    assert_eq!((resets.length(), rehydrated.length()), (1, 1), "the reset is announced and the snapshot rebuilt");
+    assert_eq!(ok(client.get("todos".into(), kept.clone().into())).await["title"], "on the server");
+    assert_eq!(ok(client.get("todos".into(), pending.clone().into())).await["title"], "not sent yet", "the unsent write stays on screen");
+    assert_eq!(from_js(client.pending_writes()).as_array().map(Vec::len), Some(1), "and in the outbox");
+    ok(client.sync()).await;
+    assert_eq!(server_view(&user, "todos", &pending).await["title"], "not sent yet");
+    client.close();
+}
