@@ -66,12 +66,22 @@ async fn a_closing_page_of_exactly_limit_entries_commits() {
     write_rows(&user, 4).await;
     let opts = options(&format!("exact-{}", random_id()), &user);
     set(&opts, "pullLimit", json!(2));
+    let pulls = Rc::new(Cell::new(0u32));
+    let counted = pulls.clone();
+    let fetch = faulty_fetch(move |url, _| {
+        if url.ends_with("kizuna_pull") {
+            counted.set(counted.get() + 1);
+        }
+        Fault::Pass
+    });
+    Reflect::set(&opts, &"fetch".into(), &fetch).unwrap();
     let reader = open(&opts).await;
     let progress = record(&reader, "pullProgress");
     let checkpoints = record(&reader, "checkpoint");
     ok(reader.pull()).await;
     assert_eq!(ok(reader.list("todos".into())).await.as_array().unwrap().len(), 4);
     assert_eq!(checkpoints.length(), 1, "one run, one commit");
+    assert_eq!(pulls.get(), 2, "two full pages, the second closing the run: no empty page after it");
     assert!(progress.length() >= 1, "the first page was staged before the closing one");
     let horizon = from_js(reader.get_checkpoint())["horizon"].as_i64().unwrap();
     ok(reader.pull()).await;

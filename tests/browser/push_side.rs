@@ -254,3 +254,38 @@ async fn an_answer_that_stalls_half_way_fails_the_sync_at_the_deadline() {
     assert_eq!(server_view(&user, "todos", &id).await["title"], "stalled");
     client.close();
 }
+
+#[wasm_bindgen_test]
+async fn a_reload_while_a_push_is_in_flight_loses_nothing_and_applies_once() {
+    let user = random_id();
+    let name = format!("reload-in-flight-{}", random_id());
+    let id = random_id();
+    let applied_before = operator(json!({"action": "status"})).await["applied_total"].as_i64().unwrap();
+    let opts = options(&name, &user);
+    let sent = std::rc::Rc::new(std::cell::Cell::new(false));
+    let on_wire = sent.clone();
+    let fetch = faulty_fetch(move |url, _| {
+        if url.ends_with("kizuna_push") {
+            on_wire.set(true);
+        }
+        Fault::Pass
+    });
+    Reflect::set(&opts, &"fetch".into(), &fetch).unwrap();
+    let client = open(&opts).await;
+    ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "in flight"})), None)).await;
+    let interrupted = client.sync();
+    while !sent.get() {
+        sleep(0).await;
+    }
+    client.close(); // the tab goes away with the push on the wire, before its answer is written down
+    let _ = call(interrupted).await;
+
+    let client = open(&options(&name, &user)).await;
+    assert_eq!(from_js(client.pending_writes()).as_array().map(Vec::len), Some(1), "the write survived the reload");
+    ok(client.sync()).await;
+    assert_eq!(from_js(client.pending_writes()), json!([]));
+    assert_eq!(server_view(&user, "todos", &id).await["title"], "in flight");
+    let applied_after = operator(json!({"action": "status"})).await["applied_total"].as_i64().unwrap();
+    assert_eq!(applied_after - applied_before, 1, "one effect: the resend was answered from the ledger");
+    client.close();
+}
