@@ -11,14 +11,7 @@ const LAPTOP: &str = "c0000000-0000-4000-8000-0000000000a2";
 
 /// An owned table like todos, registered with the given options.
 async fn owned_table(db: &TestDb, name: &str, options: &str) {
-    db.exec(&format!(
-        "create table public.{name} (id text primary key, owner uuid not null default auth.uid(), title text, body text);
-         alter table public.{name} enable row level security;
-         create policy own on public.{name} using (owner = auth.uid()) with check (owner = auth.uid());
-         grant select, insert, update, delete on public.{name} to authenticated;
-         select kizuna.register_table('public.{name}', bucket => $$'user:' || owner$$ {options});"
-    ))
-    .await;
+    db.owned_table(name, "id text primary key, title text, body text", options).await;
 }
 
 fn with(mut m: Value, field: &str, value: Value) -> Value {

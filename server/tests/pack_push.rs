@@ -174,14 +174,7 @@ async fn a_future_apply_after_is_delayed_and_stores_nothing() {
 #[tokio::test]
 async fn a_key_sent_in_another_spelling_is_the_same_key() {
     let Some(db) = TestDb::new().await else { return };
-    db.exec(
-        "create table public.tags (id uuid primary key, owner uuid not null default auth.uid(), label text);
-         alter table public.tags enable row level security;
-         create policy tags_own on public.tags for all using (owner = auth.uid()) with check (owner = auth.uid());
-         grant all on public.tags to authenticated;
-         select kizuna.register_table('public.tags', bucket => $$'user:' || owner$$);",
-    )
-    .await;
+    db.owned_table("tags", "id uuid primary key, label text", "").await;
     let alice = Caller::user(ALICE);
     let bucket = format!("user:{ALICE}");
     let key = "0a0b0c0d-1e2f-4a4b-8c8d-9e9fa0a1b2c3";

@@ -118,14 +118,7 @@ async fn a_repeatable_read_writer_commits_after_another_synced_commit() {
 #[tokio::test]
 async fn in_hlc_mode_a_push_waits_for_a_plain_sql_write_before_ordering_columns() {
     let Some(db) = TestDb::new().await else { return };
-    db.exec(
-        "create table public.docs (id text primary key, owner uuid not null default auth.uid(), body text);
-         alter table public.docs enable row level security;
-         create policy docs_own on public.docs for all using (owner = auth.uid()) with check (owner = auth.uid());
-         grant all on public.docs to authenticated;
-         select kizuna.register_table('public.docs', bucket => $$'user:' || owner$$, conflict_mode => 'hlc');",
-    )
-    .await;
+    db.owned_table("docs", "id text primary key, body text", ", conflict_mode => 'hlc'").await;
     let alice = Caller::user(ALICE);
     let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
     let with_clock = |mut m: Value, ms: i64| {

@@ -109,6 +109,20 @@ impl TestDb {
         call_as(&self.client, caller, "kizuna_pull", request).await
     }
 
+    /// A table owned row by row like `todos` (`owner` defaults to the caller, one policy lets the
+    /// owner do everything), in bucket `user:<owner>`, registered with `options` (e.g.
+    /// `, conflict_mode => 'hlc'`). `columns` are the others, the primary key first.
+    pub async fn owned_table(&self, name: &str, columns: &str, options: &str) {
+        self.exec(&format!(
+            "create table public.{name} ({columns}, owner uuid not null default auth.uid());
+             alter table public.{name} enable row level security;
+             create policy own on public.{name} using (owner = auth.uid()) with check (owner = auth.uid());
+             grant select, insert, update, delete on public.{name} to authenticated;
+             select kizuna.register_table('public.{name}', bucket => $$'user:' || owner$$ {options});"
+        ))
+        .await;
+    }
+
     /// Runs the pack's installer again (as the gateway does at every start).
     pub async fn reinstall(&self) {
         pack::install(&self.client).await.expect("reinstall the pack");
@@ -183,45 +197,39 @@ pub async fn call_as(client: &Client, caller: &Caller, function: &str, request: 
 /// Like `call_as` with the request as raw text (for malformed JSON).
 pub async fn call_raw_as(client: &Client, caller: &Caller, function: &str, request: &str) -> Result<Value, SqlError> {
     assert!(matches!(function, "kizuna_push" | "kizuna_pull"));
-    client.batch_execute("begin").await.expect("begin");
-    let result = async {
-        client.batch_execute(&format!("set local role {}", caller.role)).await?;
-        client
-            .execute("select set_config('request.jwt.claims', $1, true)", &[&caller.claims.to_string()])
-            .await?;
-        let row = client
-            .query_one(&format!("select public.{function}($1::text::jsonb)"), &[&request])
-            .await?;
-        Ok::<Value, tokio_postgres::Error>(row.get(0))
-    }
-    .await;
-    match result {
-        Ok(v) => {
-            client.batch_execute("commit").await.map_err(to_sql_error)?;
-            Ok(v)
-        }
-        Err(e) => {
-            let _ = client.batch_execute("rollback").await;
-            Err(to_sql_error(e))
-        }
-    }
+    select_as(client, caller, &format!("select public.{function}($1::text::jsonb)"), &[&request], true).await
 }
 
 /// Runs `select to_jsonb((<expr>))` as `caller`, in one transaction: what a caller with a SQL
-/// session (or a schema exposed by mistake) could run directly.
+/// session (or a schema exposed by mistake) could run directly. Nothing it does is kept.
 pub async fn sql_as(client: &Client, caller: &Caller, expr: &str) -> Result<Value, SqlError> {
+    select_as(client, caller, &format!("select to_jsonb(({expr}))"), &[], false).await
+}
+
+/// One `select` of a jsonb value as `caller`, in a transaction of its own set up as the gateway
+/// sets it up (`SET LOCAL ROLE`, then the claims); committed when `keep`, else rolled back.
+async fn select_as(
+    client: &Client,
+    caller: &Caller,
+    select: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    keep: bool,
+) -> Result<Value, SqlError> {
     client.batch_execute("begin").await.expect("begin");
     let result = async {
         client.batch_execute(&format!("set local role {}", caller.role)).await?;
         client
             .execute("select set_config('request.jwt.claims', $1, true)", &[&caller.claims.to_string()])
             .await?;
-        let row = client.query_one(&format!("select to_jsonb(({expr}))"), &[]).await?;
+        let row = client.query_one(select, params).await?;
         Ok::<Value, tokio_postgres::Error>(row.get::<_, Option<Value>>(0).unwrap_or(Value::Null))
     }
     .await;
-    let _ = client.batch_execute("rollback").await;
-    result.map_err(to_sql_error)
+    let end = if keep && result.is_ok() { "commit" } else { "rollback" };
+    let ended = client.batch_execute(end).await;
+    let value = result.map_err(to_sql_error)?;
+    ended.map_err(to_sql_error)?;
+    Ok(value)
 }
 
 fn to_sql_error(e: tokio_postgres::Error) -> SqlError {
