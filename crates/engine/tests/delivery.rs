@@ -6,6 +6,7 @@
 //!   Bound: at most 2·log2(64) + 5 charged + 1 for the rest = 18.
 //! * Any other permanent code (head cut, `KZP04`), poisoned at 37: 43 sends
 //!   (1 wide + 36 lone heads + 5 charged + 1 for the remaining 27).
+//!
 //! In every case each of the other 63 writes is applied exactly once.
 
 mod support;
