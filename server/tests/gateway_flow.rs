@@ -316,6 +316,25 @@ async fn push_pull_wake_metrics_cors_static_status_through_the_real_binary() {
     assert_eq!(code, 200, "{again}");
     assert_eq!(again["verdicts"][0]["status"], "SKIPPED", "{again}");
     assert_eq!(db.one::<i64>(&format!("select count(*) from public.todos where id = '{ROW}'")).await, 1);
+
+    // The new process counts from zero; the durable figures carried over the restart.
+    let (code, _) = server.rpc("kizuna_pull", Some("not.a.token"), &pull_request(Value::Null)).await;
+    assert_eq!(code, 401);
+    let metrics = server.get("/metrics").await.text().await.unwrap();
+    for (name, want) in [
+        ("kizuna_process_skipped_total", 1.0),
+        ("kizuna_process_applied_total", 0.0),
+        ("kizuna_process_request_errors_total{code=\"KZA01\"}", 1.0),
+    ] {
+        assert_eq!(metric(&metrics, name), want, "{name}:\n{metrics}");
+    }
+    assert!(metric(&metrics, "kizuna_process_last_error_timestamp_seconds") > 0.0, "{metrics}");
+    for durable in ["kizuna_skipped_total", "kizuna_ledger_pruned_total", "kizuna_applied_total"] {
+        assert!(metric(&metrics, durable) >= 1.0, "{durable} missing or zero:\n{metrics}");
+    }
+    for gauge in ["kizuna_low_watermark", "kizuna_tombstones", "kizuna_ledger_size"] {
+        assert!(metrics.contains(&format!("\n{gauge} ")), "{gauge} missing:\n{metrics}");
+    }
     let _ = std::fs::remove_dir_all(www.parent().unwrap());
 }
 
