@@ -238,8 +238,20 @@ impl KizunaClient {
         future_to_promise(body(self.inner.clone(), self.scheduler.clone()))
     }
 
-    fn write(&self, writes: Vec<LocalWrite>) -> Promise {
-        self.run(|inner, scheduler| async move {
+    /// `run` with checked arguments: a refused argument is the promise's rejection, and nothing
+    /// runs.
+    fn run_checked<A, F>(&self, args: Result<A, JsValue>, body: impl FnOnce(A, Rc<Inner>, Rc<Scheduler>) -> F) -> Promise
+    where
+        F: std::future::Future<Output = Result<JsValue, JsValue>> + 'static,
+    {
+        match args {
+            Ok(args) => self.run(|inner, scheduler| body(args, inner, scheduler)),
+            Err(e) => Promise::reject(&e),
+        }
+    }
+
+    fn write(&self, writes: Result<Vec<LocalWrite>, JsValue>) -> Promise {
+        self.run_checked(writes, |writes, inner, scheduler| async move {
             inner.write(writes).await?;
             scheduler::arm(&inner, &scheduler);
             Ok(JsValue::UNDEFINED)
@@ -263,10 +275,7 @@ impl KizunaClient {
                #[wasm_bindgen(unchecked_param_type = "string")] pk: JsValue,
                #[wasm_bindgen(unchecked_param_type = "Row")] row: JsValue,
                options: Option<JsValue>) -> Promise {
-        match values::row(&row, "row").and_then(|row| single_write(&table, &pk, Op::Upsert, Some(row), options)) {
-            Ok(w) => self.write(vec![w]),
-            Err(e) => Promise::reject(&e),
-        }
+        self.write(values::row(&row, "row").and_then(|row| single_write(&table, &pk, Op::Upsert, Some(row), options)).map(|w| vec![w]))
     }
 
     /// Assigns only the named columns of an existing row, locally and on the server.
@@ -275,10 +284,7 @@ impl KizunaClient {
                  #[wasm_bindgen(unchecked_param_type = "string")] pk: JsValue,
                  #[wasm_bindgen(unchecked_param_type = "Row")] columns: JsValue,
                  options: Option<JsValue>) -> Promise {
-        match values::row(&columns, "columns").and_then(|c| single_write(&table, &pk, Op::Patch, Some(c), options)) {
-            Ok(w) => self.write(vec![w]),
-            Err(e) => Promise::reject(&e),
-        }
+        self.write(values::row(&columns, "columns").and_then(|c| single_write(&table, &pk, Op::Patch, Some(c), options)).map(|w| vec![w]))
     }
 
     /// Deletes the row locally and queues the delete.
@@ -286,10 +292,7 @@ impl KizunaClient {
     pub fn delete(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue,
                   #[wasm_bindgen(unchecked_param_type = "string")] pk: JsValue,
                   options: Option<JsValue>) -> Promise {
-        match single_write(&table, &pk, Op::Delete, None, options) {
-            Ok(w) => self.write(vec![w]),
-            Err(e) => Promise::reject(&e),
-        }
+        self.write(single_write(&table, &pk, Op::Delete, None, options).map(|w| vec![w]))
     }
 
     /// Several writes as one atomic group: stored in one local transaction and applied by the
@@ -317,21 +320,15 @@ impl KizunaClient {
                 })
                 .collect()
         })();
-        match parsed {
-            Ok(ws) => self.write(ws),
-            Err(e) => Promise::reject(&e),
-        }
+        self.write(parsed)
     }
 
     /// The visible row, or null.
     #[wasm_bindgen(unchecked_return_type = "Promise<Row | null>")]
     pub fn get(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue,
                #[wasm_bindgen(unchecked_param_type = "string")] pk: JsValue) -> Promise {
-        let (table, pk) = match values::text(&table, "table").and_then(|t| Ok((t, values::text(&pk, "pk")?))) {
-            Ok(args) => args,
-            Err(e) => return Promise::reject(&e),
-        };
-        self.run(|inner, _| async move {
+        let args = values::text(&table, "table").and_then(|t| Ok((t, values::text(&pk, "pk")?)));
+        self.run_checked(args, |(table, pk), inner, _| async move {
             let record = inner.store.get_row(&table, &pk).await?;
             Ok(record.and_then(|r| r.visible).map(|row| to_js(&Value::Object(row))).unwrap_or(JsValue::NULL))
         })
@@ -340,11 +337,9 @@ impl KizunaClient {
     /// Every visible row of a table.
     #[wasm_bindgen(unchecked_return_type = "Promise<Row[]>")]
     pub fn list(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue) -> Promise {
-        let table = match values::text(&table, "table") {
-            Ok(t) => t,
-            Err(e) => return Promise::reject(&e),
-        };
-        self.run(|inner, _| async move { Ok(rows_to_js(inner.store.rows_where("table", &table).await?)) })
+        self.run_checked(values::text(&table, "table"), |table, inner, _| async move {
+            Ok(rows_to_js(inner.store.rows_where("table", &table).await?))
+        })
     }
 
     /// Visible rows of a table whose columns equal every value in `where`; `bucket` narrows to one
@@ -368,11 +363,7 @@ impl KizunaClient {
             let bucket = if b.is_undefined() { None } else { Some(values::text(&b, "filter.bucket")?) };
             Ok((table, conditions, bucket))
         })();
-        let (table, conditions, bucket) = match parsed {
-            Ok(p) => p,
-            Err(e) => return Promise::reject(&e),
-        };
-        self.run(|inner, _| async move {
+        self.run_checked(parsed, |(table, conditions, bucket), inner, _| async move {
             let records = match &bucket {
                 Some(b) => {
                     let mut placed: Vec<RowRecord> = inner.store.rows_where("bucket", b).await?.into_iter().filter(|r| r.table == table).collect();
@@ -452,11 +443,7 @@ impl KizunaClient {
     /// Puts a dead letter back in the queue with a fresh budget (and a new id and sequence number).
     #[wasm_bindgen(js_name = requeueDeadLetter, unchecked_return_type = "Promise<void>")]
     pub fn requeue_dead_letter(&self, seq: f64) -> Promise {
-        let seq = match values::whole_number(seq, "seq") {
-            Ok(s) => s,
-            Err(e) => return Promise::reject(&e),
-        };
-        self.run(|inner, scheduler| async move {
+        self.run_checked(values::whole_number(seq, "seq"), |seq, inner, scheduler| async move {
             inner.requeue_dead(seq).await?;
             scheduler::arm(&inner, &scheduler);
             Ok(JsValue::UNDEFINED)
@@ -466,11 +453,7 @@ impl KizunaClient {
     /// Drops a dead letter for good and restores the row it had changed.
     #[wasm_bindgen(js_name = discardDeadLetter, unchecked_return_type = "Promise<void>")]
     pub fn discard_dead_letter(&self, seq: f64) -> Promise {
-        let seq = match values::whole_number(seq, "seq") {
-            Ok(s) => s,
-            Err(e) => return Promise::reject(&e),
-        };
-        self.run(|inner, _| async move {
+        self.run_checked(values::whole_number(seq, "seq"), |seq, inner, _| async move {
             inner.discard_dead(seq).await?;
             Ok(JsValue::UNDEFINED)
         })
