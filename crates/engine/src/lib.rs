@@ -19,7 +19,8 @@
 //! * Apply transactions in the order they were returned, and serialize engine calls with
 //!   their transactions: the engine mirrors the rows of keys with pending writes and assumes
 //!   the store holds what it returned. If a transaction fails to apply, rebuild the engine
-//!   from storage.
+//!   from storage and tell it with [`Engine::after_storage_failure`], so requests wait out a
+//!   backoff instead of repeating the step that failed at once.
 //!
 //! ## Files
 //! `records.rs` (persisted types), `transaction.rs` (ops and events), `config.rs`,
