@@ -294,6 +294,23 @@ async fn push_pull_wake_metrics_cors_static_status_through_the_real_binary() {
         .unwrap_or_else(|_| panic!("status did not print JSON: {stdout}"));
     assert!(figures["ledger_size"].as_i64().unwrap() >= 1, "{figures}");
 
+    // One mutation more than the example table's max_batch_size (500): KZP02, as a 400.
+    let wide = {
+        let mut request = push_request();
+        let one = request["mutations"][0].clone();
+        request["mutations"] = json!((0..501)
+            .map(|i| {
+                let mut m = one.clone();
+                m["id"] = json!(uuid::Uuid::new_v4().to_string());
+                m["client_seq"] = json!(1000 + i);
+                m
+            })
+            .collect::<Vec<_>>());
+        request
+    };
+    let (code, body) = server.rpc("kizuna_push", Some(&token), &wide).await;
+    assert_eq!((code, body["code"].as_str()), (400, Some("KZP02")), "{body}");
+
     // The operator prunes the whole ledger (as retention would, later).
     let operator = server.token_with_role(ALICE, "service_role");
     let (code, reaped) = server

@@ -157,6 +157,10 @@ async fn the_pack_helpers_act_only_for_the_callers_own_clients() {
     sql_as(db.client(), &bob, &format!(
         "kizuna.journal_add('todos', 't1', 'title', '\"x\"', '\"y\"', 1, 2, '{ALICE}', 'someone')")).await.unwrap();
     assert_eq!(db.one::<i64>("select count(*) from kizuna.conflicts").await, 0, "no entry in others' names");
+
+    // The Supabase helpers the policies use read the same claims on plain PostgreSQL.
+    let who = sql_as(db.client(), &bob, "jsonb_build_object('uid', auth.uid(), 'jwt', auth.jwt() ->> 'sub', 'role', auth.role())").await.unwrap();
+    assert_eq!(who, json!({"uid": BOB, "jwt": BOB, "role": "authenticated"}));
 }
 
 #[tokio::test]
