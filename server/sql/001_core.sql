@@ -5,26 +5,24 @@
 
 -- The three PostgREST roles. On Supabase they exist already; on plain PostgreSQL we create them
 -- NOLOGIN (the gateway switches to them with SET LOCAL ROLE). service_role bypasses RLS as on Supabase.
--- Roles belong to the cluster, so installs into two databases at once may both try to create
--- one: the loser of that race finds it made and goes on.
+-- A role that exists is left alone (an installer without CREATEROLE, as on a hosted project, must
+-- not try). Roles belong to the cluster, so installs into two databases at once may both find one
+-- missing: the loser of that race finds it made and goes on.
 do $$
+declare
+  r record;
 begin
-  begin
-    create role anon nologin;
-  exception when duplicate_object or unique_violation then null;
-  end;
-  begin
-    create role authenticated nologin;
-  exception when duplicate_object or unique_violation then null;
-  end;
-  begin
+  for r in select * from (values ('anon', ''), ('authenticated', ''), ('service_role', 'bypassrls')) v(name, extra) loop
+    continue when exists (select 1 from pg_roles where rolname = r.name);
     begin
-      create role service_role nologin bypassrls;
-    exception when insufficient_privilege then
-      create role service_role nologin;
+      begin
+        execute format('create role %I nologin %s', r.name, r.extra);
+      exception when insufficient_privilege then
+        execute format('create role %I nologin', r.name);  -- BYPASSRLS needs a superuser
+      end;
+    exception when duplicate_object or unique_violation then null;
     end;
-  exception when duplicate_object or unique_violation then null;
-  end;
+  end loop;
   -- The installing user is the one the gateway connects as: it must be able to SET ROLE to them.
   -- A superuser can already; anyone else gets membership (best effort: needs CREATEROLE/admin).
   if not (select rolsuper from pg_roles where rolname = current_user) then
