@@ -262,7 +262,7 @@ impl Inner {
     /// would fail the pull the same way, so the call reports it instead.
     pub async fn sync(&self) -> Result<SyncReport, ClientError> {
         let _turn = self.activity.lock().await;
-        if !self.engine.borrow().health(now()).online {
+        if !self.engine.borrow().is_online() {
             return Err(ClientError::new("OFFLINE", "the browser reports no network; writes wait in the outbox").with_retryable(true));
         }
         self.engine.borrow_mut().request_push();

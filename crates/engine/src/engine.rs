@@ -143,6 +143,11 @@ impl Engine {
         self.online = online;
     }
 
+    /// The adapter's last `set_online`.
+    pub fn is_online(&self) -> bool {
+        self.online
+    }
+
     /// Outbox status and durable counters.
     pub fn status(&self) -> Status {
         let c = &self.meta.counters;
