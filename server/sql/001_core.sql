@@ -79,8 +79,10 @@ create table if not exists kizuna.settings (
   max_row_bytes integer not null default 65536,             -- a mutation's columns larger than this: KZP04
   hlc_max_skew interval not null default '60 seconds',      -- origin HLCs are clamped to now() + this
   max_pull_limit integer not null default 10000,            -- a pull's limit is capped at this
+  max_pull_buckets integer not null default 256,            -- a pull naming more buckets: KZP01
   default_max_batch_size integer not null default 500       -- for requests naming no registered table
 );
+alter table kizuna.settings add column if not exists max_pull_buckets integer not null default 256;
 insert into kizuna.settings default values on conflict do nothing;
 grant select on kizuna.settings to anon, authenticated, service_role;
 
@@ -100,6 +102,10 @@ create table if not exists kizuna.state (
   last_reap_at timestamptz,
   installed_at timestamptz not null default now()
 );
+-- The key that seals pull cursors naming entries the caller may not see (006_pull.sql); never
+-- leaves the database. 32 bytes from two random uuids (gen_random_uuid draws from a strong source).
+alter table kizuna.state add column if not exists cursor_key bytea not null
+  default decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex');
 insert into kizuna.state default values on conflict do nothing;
 
 -- A restored or copied database is another server history: give it a new epoch so that every

@@ -5,11 +5,19 @@
 -- quoted with format('%I'); nothing a client sends is spliced into SQL.
 
 -- Raises a whole-request error with one of the pack's SQLSTATEs (KZP01..KZP04).
+-- A detail or hint that is not given is left out (PostgREST then answers null, not ""): RAISE
+-- refuses a null option, hence the four forms.
 create or replace function kizuna.fail(code text, message text, detail text default null, hint text default null)
 returns void language plpgsql as $$
 begin
-  raise exception using errcode = code, message = message,
-    detail = coalesce(detail, ''), hint = coalesce(hint, '');
+  if detail is null and hint is null then
+    raise exception using errcode = code, message = message;
+  elsif detail is null then
+    raise exception using errcode = code, message = message, hint = hint;
+  elsif hint is null then
+    raise exception using errcode = code, message = message, detail = detail;
+  end if;
+  raise exception using errcode = code, message = message, detail = detail, hint = hint;
 end
 $$;
 
@@ -51,6 +59,14 @@ create or replace function kizuna.writable_columns(rel regclass) returns jsonb l
    where a.attrelid = rel and a.attnum > 0 and not a.attisdropped and a.attgenerated = ''
 $$;
 
+-- Errors that are faults of the server itself, not of one mutation: connection, transaction state,
+-- serialization failure and deadlock, resources (memory, disk, connections), locks not available,
+-- operator intervention and shutdown, system and internal errors. They fail the whole request, which
+-- the gateway answers 5xx and the client retries; every other error refuses the one mutation.
+create or replace function kizuna.is_server_fault(state text) returns boolean language sql immutable as $$
+  select left(state, 2) in ('08', '25', '2D', '3B', '40', '53', '55', '57', '58', '72', 'F0', 'HV', 'XX')
+$$;
+
 -- The row as the caller's SELECT policy renders it, or null.
 create or replace function kizuna.render_row(rel regclass, pk_column name, pk text) returns jsonb
 language plpgsql stable as $$
@@ -62,8 +78,12 @@ begin
     into r using pk;
   return r;
 exception
-  when insufficient_privilege or invalid_text_representation or numeric_value_out_of_range
-       or invalid_datetime_format or datetime_field_overflow then
+  when others then
+    -- A key that is no valid value of the column, no privilege, a policy that raises: the caller
+    -- is shown no row. Faults of the server still fail the request.
+    if kizuna.is_server_fault(sqlstate) then
+      raise;
+    end if;
     return null;
 end
 $$;

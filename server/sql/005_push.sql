@@ -26,13 +26,14 @@
 -- ---------------------------------------------------------------------------------------------
 -- Request shape: whole-request errors KZP01 (malformed), KZP03 (protocol), KZP02, KZP04.
 
+-- Both are false, never null, for a missing field: `not null` is null, which would let it through.
 create or replace function kizuna.is_uuid(v jsonb) returns boolean language sql immutable as $$
-  select jsonb_typeof(v) = 'string'
-     and (v #>> '{}') ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'
+  select coalesce(jsonb_typeof(v) = 'string'
+     and (v #>> '{}') ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$', false)
 $$;
 
 create or replace function kizuna.is_int(v jsonb) returns boolean language sql immutable as $$
-  select jsonb_typeof(v) = 'number' and (v #>> '{}') ~ '^-?[0-9]{1,18}$'
+  select coalesce(jsonb_typeof(v) = 'number' and (v #>> '{}') ~ '^-?[0-9]{1,18}$', false)
 $$;
 
 -- Protocol version and client id, common to push and pull.
@@ -72,6 +73,7 @@ begin
       when jsonb_typeof(m) <> 'object' then 'must be an object'
       when not kizuna.is_uuid(m -> 'id') then 'id must be a UUID string'
       when not kizuna.is_int(m -> 'client_seq') then 'client_seq must be an integer'
+      when (m ->> 'client_seq')::bigint < 1 then 'client_seq must be at least 1'
       when jsonb_typeof(m -> 'table') is distinct from 'string' then 'table must be a string'
       when jsonb_typeof(m -> 'pk') is distinct from 'string' then 'pk must be a string'
       when (m ->> 'op') is null or (m ->> 'op') not in ('upsert', 'patch', 'delete')
@@ -81,6 +83,7 @@ begin
         or (jsonb_typeof(m -> 'hlc') = 'string' and not kizuna.hlc_is_valid(m ->> 'hlc'))
         then 'hlc must look like <13-digit ms>-<4-digit counter>-<node>'
       when not kizuna.is_int(m -> 'read_seq') then 'read_seq must be an integer'
+      when (m ->> 'read_seq')::bigint < 0 then 'read_seq must not be negative'
       when coalesce(jsonb_typeof(m -> 'batch'), 'null') <> 'null' and not kizuna.is_uuid(m -> 'batch')
         then 'batch must be a UUID string'
       when coalesce(jsonb_typeof(m -> 'apply_after'), 'null') not in ('null', 'string')
@@ -100,6 +103,23 @@ begin
       perform kizuna.fail('KZP01', format('mutations[%s]: %s', i, what));
     end if;
   end loop;
+
+  -- Within one request: ids never repeat (each is its own idempotency key) and client_seq rises
+  -- in issue order, as the contract requires of every client.
+  select format('mutations[%s]: id %s repeats mutations[%s]', o - 1, e ->> 'id', first_o - 1) into what
+    from (select e, o, min(o) over (partition by (e ->> 'id')::uuid) as first_o
+            from jsonb_array_elements(request -> 'mutations') with ordinality a(e, o)) d
+   where o > first_o order by o limit 1;
+  if what is null then
+    select format('mutations[%s]: client_seq %s is not above the %s before it', o - 1, s, prev) into what
+      from (select o, (e ->> 'client_seq')::bigint as s,
+                   lag((e ->> 'client_seq')::bigint) over (order by o) as prev
+              from jsonb_array_elements(request -> 'mutations') with ordinality a(e, o)) d
+     where s <= prev order by o limit 1;
+  end if;
+  if what is not null then
+    perform kizuna.fail('KZP01', what, null, 'every mutation needs its own id and a client_seq above the one before');
+  end if;
 
   n := jsonb_array_length(request -> 'mutations');
   select coalesce(min(t.max_batch_size), (select default_max_batch_size from kizuna.settings)) into cap
@@ -293,9 +313,42 @@ $$;
 -- ---------------------------------------------------------------------------------------------
 -- Applying one mutation (as the caller).
 
-create or replace function kizuna.rejected(m jsonb, reason text) returns jsonb language sql immutable as $$
-  select jsonb_build_object('id', m -> 'id', 'status', 'REJECTED', 'reason', reason, 'server_row', null,
+-- Why a reason was given, in words an app can show. Never the statement, a value or a row.
+create or replace function kizuna.reason_message(reason text) returns text language sql immutable as $$
+  select case reason
+    when 'DELETE_WINS' then 'the row was deleted on the server'
+    when 'RLS_DENIED' then 'the row does not exist or is not yours to write'
+    when 'VALIDATION_FAILED' then 'the table''s validation gate refused the row'
+    when 'CONSTRAINT_VIOLATION' then 'a constraint of the table refused the row'
+    when 'SCHEMA_MISMATCH' then 'the table, a column or a value''s type does not match the server''s schema'
+    when 'BATCH_ABORTED' then 'another write of its atomic batch was refused'
+  end
+$$;
+
+drop function if exists kizuna.rejected(jsonb, text);
+create or replace function kizuna.rejected(m jsonb, reason text, message text default null) returns jsonb
+language sql immutable as $$
+  select jsonb_build_object('id', m -> 'id', 'status', 'REJECTED', 'reason', reason,
+                            'message', coalesce(message, kizuna.reason_message(reason)), 'server_row', null,
                             'replayed', false, '_fresh', true, '_seq', m -> 'client_seq')
+$$;
+
+-- The words for an error the application's own SQL raised for one mutation. A RAISE in the app's
+-- trigger or function (class P0) speaks for itself; other errors get a fixed sentence, because
+-- their text and detail can carry internals (tuple ids, relation names, other rows' values).
+create or replace function kizuna.refusal_message(state text, message text, constraint_name text) returns text
+language sql immutable as $$
+  select case
+    when left(state, 2) = 'P0' then message
+    when state = '23505' then format('a row with the same value already exists (%s)', constraint_name)
+    when state = '23503' then format('a row it refers to does not exist, or others refer to it (%s)', constraint_name)
+    when state = '23514' then format('a check constraint refused the row (%s)', constraint_name)
+    when state = '23502' then 'a required column is null'
+    when left(state, 2) = '23' then format('a constraint of the table refused the row (%s)', constraint_name)
+    when left(state, 2) = '54' then 'a value is too large to store: indexed values (keys too) must stay under about 2,700 bytes'
+    when left(state, 2) = '22' then 'a value does not fit its column''s type'
+    else format('the table''s own rules refused the row (SQLSTATE %s)', state)
+  end
 $$;
 
 -- Applies one mutation inside its own savepoint and returns its verdict (server_row still unset).
@@ -319,10 +372,13 @@ declare
   j jsonb;
   result jsonb;
   ok boolean;
+  err_state text;
+  err_message text;
+  err_constraint text;
 begin
   select * into t from kizuna.synced_tables where name = m ->> 'table';
   if t.name is null then
-    return kizuna.rejected(m, 'SCHEMA_MISMATCH');
+    return kizuna.rejected(m, 'SCHEMA_MISMATCH', 'the table is not synced');
   end if;
   key_type := kizuna.column_type(t.rel, t.pk_column);
   -- One spelling per key: the change log, the column versions and the key locks compare keys as
@@ -332,14 +388,17 @@ begin
     begin
       execute format('select cast($1 as %s)::text', key_type) into key using key;
     exception when data_exception then
-      return kizuna.rejected(m, 'SCHEMA_MISMATCH');
+      return kizuna.rejected(m, 'SCHEMA_MISMATCH', format('the key is not a valid %s', key_type));
     end;
   end if;
   writable := kizuna.writable_columns(t.rel);
   if op <> 'delete' then
     if exists (select 1 from jsonb_object_keys(cols) k where not writable ? k)
        or (cols ? t.pk_column and cols ->> t.pk_column is distinct from key) then
-      return kizuna.rejected(m, 'SCHEMA_MISMATCH');
+      return kizuna.rejected(m, 'SCHEMA_MISMATCH',
+        coalesce((select format('the table has no writable column %s', k) from jsonb_object_keys(cols) k
+                   where not writable ? k order by k limit 1),
+                 'the key column differs from the key'));
     end if;
     cols := cols || jsonb_build_object(t.pk_column, key);
   end if;
@@ -448,10 +507,22 @@ begin
                               '_fresh', true, '_seq', m -> 'client_seq');
   exception
     when sqlstate 'KZV01' then return kizuna.rejected(m, 'VALIDATION_FAILED');
-    when integrity_constraint_violation then return kizuna.rejected(m, 'CONSTRAINT_VIOLATION');
     when insufficient_privilege then return kizuna.rejected(m, 'RLS_DENIED');
-    when data_exception or undefined_column or datatype_mismatch or cannot_coerce
-         or sqlstate '428C9' then return kizuna.rejected(m, 'SCHEMA_MISMATCH');
+    when undefined_column or datatype_mismatch or cannot_coerce or sqlstate '428C9' then
+      return kizuna.rejected(m, 'SCHEMA_MISMATCH');
+    when others then
+      -- What this mutation's data or the application's own SQL (triggers, checks, the functions
+      -- they call) raised is this mutation's refusal; a fault of the server fails the request.
+      get stacked diagnostics err_state = returned_sqlstate, err_message = message_text,
+                              err_constraint = constraint_name;
+      if kizuna.is_server_fault(err_state) or left(err_state, 2) = 'KZ' then
+        raise;
+      end if;
+      return kizuna.rejected(m,
+        case when left(err_state, 2) = '23' then 'CONSTRAINT_VIOLATION'
+             when left(err_state, 2) = '22' then 'SCHEMA_MISMATCH'
+             else 'VALIDATION_FAILED' end,
+        kizuna.refusal_message(err_state, err_message, err_constraint));
   end;
 end
 $$;

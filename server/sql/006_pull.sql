@@ -2,10 +2,14 @@
 --
 -- Cursor grammar, version 1 (opaque to clients; only this file parses it):
 --
---   cursor     = checkpoint | position
+--   cursor     = checkpoint | position | sealed
 --   checkpoint = "kz1." epoch "." from                       ; a run ended here: the next run starts after `from`
 --   position   = "kz1." epoch "." from "." horizon "." seq "." hex(table) "." hex(pk) "." hex(bucket)
 --                                                            ; inside a run: resume after this entry
+--   sealed     = "kz1." epoch "." from "." horizon ".x" hex(nonce) "." hex(box)
+--                                                            ; resume after an entry the caller may not see
+--   box        = the bytes of seq "." hex(table) "." hex(pk) "." hex(bucket), XORed with a keystream of
+--                sha256(kizuna.state.cursor_key || nonce || int4 block number) blocks; nonce: 16 random bytes
 --   epoch      = 16 lowercase hex digits                      ; kizuna.state.epoch of the server that issued it
 --   from, horizon, seq = decimal digits
 --   hex(x)     = lowercase hex of x's UTF-8 bytes (possibly empty)
@@ -27,12 +31,68 @@
 -- Rows are rendered through the caller's SELECT policy (invisible ones are skipped, the cursor still
 -- moves past them). Tombstones go only to runs from a checkpoint (a client pulling from null has
 -- nothing to delete) and only when the caller's SELECT policy renders the image the row left with.
+--
+-- Cost per request. A page examines at most kizuna.pull_budget(limit) candidate entries, rendered
+-- a chunk at a time through the table's primary-key index, whatever the caller may see: a page
+-- over entries the caller may not see ends early with fewer entries (possibly none), done: false,
+-- and a sealed cursor, so the pull costs what it returns plus a bounded amount, and its time says
+-- nothing about how large a hidden bucket is. The sealed cursor names the position without
+-- revealing the key, table or sequence number of an entry the caller may not see (it is sealed for
+-- confidentiality only: a forged one can only skip or repeat entries the caller could see anyway).
+-- What a stranger can still count is the number of such pages a run over a hidden bucket takes,
+-- about one per pull_budget hidden entries: bucket names that carry a secret (a uuid) close that.
 
 create or replace function kizuna.hex(t text) returns text language sql immutable as
   $$ select encode(convert_to(t, 'UTF8'), 'hex') $$;
 
 create or replace function kizuna.unhex(h text) returns text language sql immutable as
   $$ select convert_from(decode(h, 'hex'), 'UTF8') $$;
+
+-- Candidate entries one request may examine: two chunks, a chunk being the page plus its look-ahead
+-- and at least 64 entries, so that a stranger's page costs about what an owner's does.
+create or replace function kizuna.pull_chunk(lim integer) returns integer language sql immutable as
+  $$ select greatest(lim + 1, 64) $$;
+create or replace function kizuna.pull_budget(lim integer) returns integer language sql immutable as
+  $$ select 2 * kizuna.pull_chunk(lim) $$;
+
+create or replace function kizuna.keystream(nonce bytea, n integer) returns bytea
+language sql stable security definer set search_path = pg_catalog as $$
+  select coalesce(string_agg(sha256(s.cursor_key || nonce || int4send(b)), ''::bytea order by b), ''::bytea)
+    from kizuna.state s, generate_series(0, (n + 31) / 32 - 1) b
+$$;
+
+create or replace function kizuna.xor_bytes(a bytea, k bytea) returns bytea language sql immutable as $$
+  select coalesce(decode(string_agg(lpad(to_hex(get_byte(a, i) # get_byte(k, i)), 2, '0'), '' order by i), 'hex'),
+                  ''::bytea)
+    from generate_series(0, length(a) - 1) i
+$$;
+
+-- The sealed part of a cursor for a position the caller may not be shown; see the grammar above.
+create or replace function kizuna.seal(spot text) returns text language plpgsql volatile as $$
+declare
+  nonce bytea := decode(replace(gen_random_uuid()::text, '-', ''), 'hex');
+  plain bytea := convert_to(spot, 'UTF8');
+begin
+  return 'x' || encode(nonce, 'hex') || '.' || encode(kizuna.xor_bytes(plain, kizuna.keystream(nonce, length(plain))), 'hex');
+end
+$$;
+
+-- The position inside a sealed part, or null when it does not open.
+create or replace function kizuna.unseal(nonce_part text, box_part text) returns text language plpgsql stable as $$
+declare
+  nonce bytea;
+  box bytea;
+begin
+  if nonce_part !~ '^x[0-9a-f]{32}$' or box_part !~ '^([0-9a-f]{2}){1,4096}$' then
+    return null;
+  end if;
+  nonce := decode(substr(nonce_part, 2), 'hex');
+  box := decode(box_part, 'hex');
+  return convert_from(kizuna.xor_bytes(box, kizuna.keystream(nonce, length(box))), 'UTF8');
+exception when others then
+  return null;
+end
+$$;
 
 create or replace function kizuna.pull_state(out epoch text, out horizon bigint, out low_watermark bigint)
 language sql stable security definer set search_path = pg_catalog as $$
@@ -112,10 +172,13 @@ begin
         positions := positions || i;
       end if;
     end loop;
+    -- The keys are cast as one array parameter, not per row in the join: a cast over a column of
+    -- the join is not leakproof, so behind the table's security barrier it could not be an index
+    -- condition, and each chunk read the whole table under the policy instead.
     for live in execute format(
         'select k.i, to_jsonb(r) as row
-           from unnest($1::text[], $2::integer[]) as k(pk, i)
-           join %1$s r on r.%2$I = cast(k.pk as %3$s)',
+           from unnest(cast($1 as %3$s[]), $2::integer[]) as k(pk, i)
+           join %1$s r on r.%2$I = k.pk',
         t.rel, t.pk_column, kizuna.column_type(t.rel, t.pk_column))
       using keys, positions loop
       c := candidates[live.i];
@@ -167,6 +230,9 @@ declare
   last_of_page jsonb;
   page jsonb;
   conflicts jsonb;
+  chunk integer;
+  examined integer := 0;
+  out_of_budget boolean := false;
 begin
   perform kizuna.check_envelope(request);
   if coalesce(jsonb_typeof(request -> 'cursor'), 'null') not in ('null', 'string') then
@@ -178,6 +244,10 @@ begin
   end if;
   if not kizuna.is_int(request -> 'limit') or (request ->> 'limit')::bigint < 1 then
     perform kizuna.fail('KZP01', 'limit must be a positive integer');
+  end if;
+  if jsonb_array_length(request -> 'buckets') > (select max_pull_buckets from kizuna.settings) then
+    perform kizuna.fail('KZP01', format('%s buckets exceed max_pull_buckets %s', jsonb_array_length(request -> 'buckets'),
+                                        (select max_pull_buckets from kizuna.settings)));
   end if;
   buckets := array(select jsonb_array_elements_text(request -> 'buckets'));
   lim := least((request ->> 'limit')::bigint, (select max_pull_limit from kizuna.settings));
@@ -192,9 +262,15 @@ begin
     pos_seq := 1;
   else
     parts := string_to_array(cur, '.');
+    if cardinality(parts) = 6 and parts[2] = st.epoch then
+      -- Sealed: open it into the position form (only this server's epoch holds the key).
+      parts := parts[1:4] || string_to_array(coalesce(kizuna.unseal(parts[5], parts[6]), '!'), '.');
+    end if;
     if parts[1] <> 'kz1' or parts[2] !~ '^[0-9a-f]{16}$'
-       or cardinality(parts) not in (3, 8)
-       or exists (select 1 from unnest(parts[3:5]) p where p !~ '^[0-9]{1,18}$')
+       or cardinality(parts) not in (3, 6, 8)
+       or (cardinality(parts) = 6 and parts[2] = st.epoch)
+       or exists (select 1 from unnest(parts[3:4]) p where p !~ '^[0-9]{1,18}$')
+       or (cardinality(parts) = 8 and parts[5] !~ '^[0-9]{1,18}$')
        or exists (select 1 from unnest(parts[6:8]) p where p !~ '^([0-9a-f]{2})*$') then
       perform kizuna.fail('KZP01', 'unparseable cursor', null, 'send a cursor this server issued, or null');
     end if;
@@ -228,18 +304,25 @@ begin
   end if;
 
   -- Collect up to lim + 1 visible entries (one look-ahead decides `done`), scanning candidates in
-  -- chunks; entries the caller may not see are skipped.
+  -- chunks; entries the caller may not see are skipped. At most pull_budget(lim) candidates are
+  -- examined: past that the page ends early (see the cost note at the top).
+  chunk := kizuna.pull_chunk(lim);
   loop
     batch := array(select x from kizuna.page_candidates(buckets, horizon, run_from > 0,
-                                                        pos_seq, pos_tbl, pos_pk, pos_bucket, lim + 1) x);
+                                                        pos_seq, pos_tbl, pos_pk, pos_bucket, chunk) x);
     exit when cardinality(batch) = 0;
+    examined := examined + cardinality(batch);
     rendered := kizuna.render_entries(batch);
     entries := entries || rendered;
     pos_seq := batch[cardinality(batch)].seq;
     pos_tbl := batch[cardinality(batch)].tbl;
     pos_pk := batch[cardinality(batch)].pk;
     pos_bucket := batch[cardinality(batch)].bucket;
-    exit when jsonb_array_length(entries) > lim or cardinality(batch) <= lim;
+    exit when jsonb_array_length(entries) > lim or cardinality(batch) < chunk;
+    if examined >= kizuna.pull_budget(lim) then
+      out_of_budget := true;
+      exit;
+    end if;
   end loop;
 
   -- Each statement here reads its own snapshot, so the reaper may have pruned a tombstone of this
@@ -256,6 +339,13 @@ begin
       'cursor', format('kz1.%s.%s.%s.%s.%s.%s.%s', st.epoch, run_from, horizon, last_of_page ->> 'seq',
                        kizuna.hex(last_of_page ->> 'table'), kizuna.hex(last_of_page ->> 'pk'),
                        kizuna.hex(last_of_page ->> 'bucket')));
+  end if;
+  if out_of_budget then
+    -- Resume after the last candidate examined, which the caller may not be allowed to see.
+    return jsonb_build_object('entries', entries, 'done', false, 'horizon', horizon,
+      'cursor', format('kz1.%s.%s.%s.%s', st.epoch, run_from, horizon,
+                       kizuna.seal(format('%s.%s.%s.%s', pos_seq, kizuna.hex(pos_tbl), kizuna.hex(pos_pk),
+                                          kizuna.hex(pos_bucket)))));
   end if;
 
   perform kizuna.record_served(c.client_id, buckets, run_from, horizon);

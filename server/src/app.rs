@@ -9,8 +9,9 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::db;
 use crate::jwt::JwtKey;
-use crate::metrics::Metrics;
-use crate::routes::{router, AppState};
+use crate::limits::CallerLimits;
+use crate::metrics::{DurableFigures, Metrics};
+use crate::routes::{metrics_router, router, AppState};
 use crate::wake::Wake;
 
 /// How long open requests get to finish after SIGINT/SIGTERM before the process exits anyway.
@@ -41,10 +42,21 @@ pub async fn serve(config: Config) -> Result<(), String> {
         pool,
         key: JwtKey::new(&config.jwt_secret),
         metrics,
+        durable: Arc::new(DurableFigures::new(Duration::from_millis(config.metrics_cache_ms))),
         wake,
         body_limit: config.body_limit,
+        limits: CallerLimits::new(config.caller_concurrency),
+        statement_timeout: Duration::from_millis(config.statement_timeout_ms),
+        metrics_token: config.metrics_token.clone(),
         shutdown,
     };
+    if let Some(address) = config.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|e| format!("could not listen on --metrics-listen {address}: {e}"))?;
+        let only_metrics = metrics_router(state.clone());
+        tokio::spawn(async move { axum::serve(listener, only_metrics).await });
+    }
     let app = router(state, &config);
 
     let listener = tokio::net::TcpListener::bind(config.listen)

@@ -78,6 +78,31 @@ pub struct Config {
     /// Seconds to keep retrying the first database connection while the database comes up.
     #[arg(long, env = "KIZUNA_CONNECT_TIMEOUT", default_value_t = 15)]
     pub connect_timeout: u64,
+
+    /// Milliseconds one request's statements may run (PostgreSQL's statement_timeout, per request),
+    /// so that no request holds a pooled connection for long; 0 turns it off.
+    #[arg(long, env = "KIZUNA_STATEMENT_TIMEOUT_MS", default_value_t = 15_000)]
+    pub statement_timeout_ms: u64,
+
+    /// Requests one caller (one token `sub`, or one role without a `sub`) may have in flight at
+    /// once; more get 429 KZG05. Keeps one caller from holding the whole pool.
+    #[arg(long, env = "KIZUNA_CALLER_CONCURRENCY", default_value_t = 4)]
+    pub caller_concurrency: usize,
+
+    /// Token that `GET /metrics` on `--listen` requires (`Authorization: Bearer ...`); a
+    /// service_role JWT is accepted too. Without it only service_role tokens may scrape there.
+    #[arg(long, env = "KIZUNA_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
+
+    /// A separate address serving only `GET /metrics`, without a token (bind it to a private
+    /// interface); off when absent.
+    #[arg(long, env = "KIZUNA_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// Milliseconds the durable figures of `/metrics` (`kizuna.status()`, which counts tables) are
+    /// reused between scrapes; concurrent scrapes share one read. 0 reads them at every scrape.
+    #[arg(long, env = "KIZUNA_METRICS_CACHE_MS", default_value_t = 15_000)]
+    pub metrics_cache_ms: u64,
 }
 
 impl Config {

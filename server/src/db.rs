@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio_postgres::NoTls;
 
 use crate::errors::{is_retryable_sqlstate, ApiError};
-use crate::jwt::Claims;
+use crate::jwt::{Claims, Role};
 
 /// The pack's entry points. The SQL text is fixed here: nothing from a request is spliced in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,9 +24,11 @@ pub enum Rpc {
 impl Rpc {
     fn sql(self) -> &'static str {
         match self {
-            Rpc::Push => "select public.kizuna_push($1::jsonb)",
-            Rpc::Pull => "select public.kizuna_pull($1::jsonb)",
-            Rpc::Admin => "select public.kizuna_admin($1::jsonb)",
+            // Text in, text out: the caller's JSON reaches the pack as sent and the answer leaves as
+            // the pack wrote it, so numbers keep every digit (jsonb holds them as numeric).
+            Rpc::Push => "select public.kizuna_push($1::text::jsonb)::text",
+            Rpc::Pull => "select public.kizuna_pull($1::text::jsonb)::text",
+            Rpc::Admin => "select public.kizuna_admin($1::text::jsonb)::text",
         }
     }
 }
@@ -103,11 +105,12 @@ pub async fn call(
     pool: &Pool,
     rpc: Rpc,
     claims: &Claims,
-    request: &Value,
-) -> Result<Value, ApiError> {
+    request: &str,
+    statement_timeout: Duration,
+) -> Result<String, ApiError> {
     let mut attempt = 1;
     loop {
-        match call_once(pool, rpc, claims, request).await {
+        match call_once(pool, rpc, claims, request, statement_timeout).await {
             Err(Failure::Db(e)) => {
                 let retry = e.code().is_some_and(|c| is_retryable_sqlstate(c.code()));
                 if retry && attempt < SERIALIZATION_ATTEMPTS {
@@ -118,7 +121,7 @@ pub async fn call(
                     attempt += 1;
                     continue;
                 }
-                return Err(ApiError::from_db(&e));
+                return Err(ApiError::from_db(&e, claims.role == Role::Anon));
             }
             Err(Failure::Pool(message)) => return Err(ApiError::unavailable(message)),
             Ok(value) => return Ok(value),
@@ -141,8 +144,9 @@ async fn call_once(
     pool: &Pool,
     rpc: Rpc,
     claims: &Claims,
-    request: &Value,
-) -> Result<Value, Failure> {
+    request: &str,
+    statement_timeout: Duration,
+) -> Result<String, Failure> {
     let mut client = pool
         .get()
         .await
@@ -150,18 +154,22 @@ async fn call_once(
     let tx = client.transaction().await?;
     // set_config('role', ..., true) is SET LOCAL ROLE in a form that takes parameters; the role
     // name comes from the gateway's allowlist, never from the token's text.
+    // The statement timeout bounds what one request can make the database do (and how long it
+    // holds a pooled connection), whatever it asks for.
     let setup = tx
         .prepare_cached(
-            "select set_config('role', $1, true), set_config('request.jwt.claims', $2, true)",
+            "select set_config('role', $1, true), set_config('request.jwt.claims', $2, true), \
+                    set_config('statement_timeout', $3, true)",
         )
         .await?;
-    tx.execute(&setup, &[&claims.role.as_str(), &claims.json])
+    let timeout_ms = statement_timeout.as_millis().to_string();
+    tx.execute(&setup, &[&claims.role.as_str(), &claims.json, &timeout_ms])
         .await?;
     let statement = tx.prepare_cached(rpc.sql()).await?;
-    let row = tx.query_one(&statement, &[request]).await?;
-    let answer: Option<Value> = row.try_get(0)?;
+    let row = tx.query_one(&statement, &[&request]).await?;
+    let answer: Option<String> = row.try_get(0)?;
     tx.commit().await?;
-    Ok(answer.unwrap_or(Value::Null))
+    Ok(answer.unwrap_or_else(|| "null".to_owned()))
 }
 
 /// `kizuna.status()`: the durable figures, read as the connecting user.

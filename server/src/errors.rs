@@ -1,4 +1,5 @@
-//! Refused requests, answered like PostgREST: an HTTP status and `{code, message, details, hint}`.
+//! Refused requests, answered like PostgREST: an HTTP status and `{code, message, details, hint}`,
+//! with `details` and `hint` null when there are none, so the same client code reads both.
 //!
 //! | cause                                         | status | code            |
 //! |-----------------------------------------------|--------|-----------------|
@@ -6,13 +7,17 @@
 //! | body over `--body-limit`                      | 413    | KZG01           |
 //! | body not JSON / not `{"request": ...}`        | 400    | KZG02           |
 //! | `request` of the wrong shape (gateway check)  | 400    | KZP01           |
+//! | the caller has `--caller-concurrency` requests open | 429 | KZG05        |
 //! | SQLSTATE KZP01..KZP04 raised by the pack      | 400    | the SQLSTATE    |
 //! | SQLSTATE KZA01 raised by the pack             | 401    | KZA01           |
-//! | SQLSTATE 42501 (insufficient privilege)       | 403    | 42501           |
-//! | 40001/40P01 still failing after the retries   | 503    | the SQLSTATE    |
-//! | database unreachable, pool exhausted, class 08/53/57P | 503 | KZG03 or the SQLSTATE |
+//! | database unreachable, pool exhausted          | 503    | KZG03           |
 //! | no such endpoint / method not allowed         | 404/405| KZG04           |
-//! | any other SQLSTATE                            | 500    | the SQLSTATE    |
+//! | any other SQLSTATE                            | PostgREST's status for it (below) | the SQLSTATE |
+//!
+//! PostgREST's statuses: 08 503; 09 500; 0L, 0P, 28 403; 23503, 23505 409; 25006 405; 25, 2D, 38,
+//! 39, 3B, 40 500; 53400 500; 53 503; 54, 55, 57, 58, F0, HV, XX 500; P0001 400; P0 500; 42883,
+//! 42P01 404; 42P17 500; 42501 401 for `anon`, 403 otherwise; anything else 400. Serialization
+//! failures and deadlocks (40001, 40P01) are retried by the gateway before they are answered.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -26,6 +31,8 @@ pub mod gateway_codes {
     pub const DATABASE_UNAVAILABLE: &str = "KZG03";
     /// No such endpoint (HTTP 404), or a method the endpoint does not take (HTTP 405).
     pub const NOT_FOUND: &str = "KZG04";
+    /// The caller already has its share of requests in flight (HTTP 429); retry after a moment.
+    pub const TOO_MANY_REQUESTS: &str = "KZG05";
 }
 
 #[derive(Debug)]
@@ -93,21 +100,31 @@ impl ApiError {
         )
     }
 
-    /// Maps a database error. Only the error's own message, detail and hint reach the caller: never
-    /// the statement, its position or the internal query.
-    pub fn from_db(error: &tokio_postgres::Error) -> ApiError {
+    pub fn too_many_requests(limit: usize) -> ApiError {
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            gateway_codes::TOO_MANY_REQUESTS,
+            format!("this caller already has {limit} requests in flight"),
+        )
+        .with_hint("wait for an answer before sending the next request")
+    }
+
+    /// Maps a database error as PostgREST does. Only the error's own message, detail and hint reach
+    /// the caller: never the statement, its position or the internal query.
+    pub fn from_db(error: &tokio_postgres::Error, anon: bool) -> ApiError {
         let Some(db) = error.as_db_error() else {
             // No SQLSTATE: the connection broke or could not be made.
             return ApiError::unavailable("database connection failed");
         };
         let code = db.code().code();
+        let present = |s: Option<&str>| s.filter(|s| !s.is_empty()).map(str::to_owned);
         ApiError {
-            status: status_for_sqlstate(code),
+            status: status_for_sqlstate(code, anon),
             body: ErrorBody {
                 code: code.to_owned(),
                 message: db.message().to_owned(),
-                details: db.detail().map(str::to_owned),
-                hint: db.hint().map(str::to_owned),
+                details: present(db.detail()),
+                hint: present(db.hint()),
             },
         }
     }
@@ -121,19 +138,28 @@ pub fn is_retryable_sqlstate(code: &str) -> bool {
     matches!(code, "40001" | "40P01")
 }
 
-fn status_for_sqlstate(code: &str) -> StatusCode {
-    match code {
-        "KZP01" | "KZP02" | "KZP03" | "KZP04" => StatusCode::BAD_REQUEST,
-        "KZA01" => StatusCode::UNAUTHORIZED,
-        "42501" => StatusCode::FORBIDDEN,
-        // Serialization failures only get here once the retries are spent; shutdown, connection and
-        // resource exhaustion are the database being unavailable, not a fault in the request.
-        c if is_retryable_sqlstate(c) => StatusCode::SERVICE_UNAVAILABLE,
-        c if c.starts_with("08") || c.starts_with("53") || c.starts_with("57P") => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    }
+fn status_for_sqlstate(code: &str, anon: bool) -> StatusCode {
+    let class = code.get(..2).unwrap_or("");
+    let status = match code {
+        "KZP01" | "KZP02" | "KZP03" | "KZP04" => 400,
+        "KZA01" => 401,
+        "42501" if anon => 401,
+        "42501" => 403,
+        "23503" | "23505" => 409,
+        "25006" => 405,
+        "53400" => 500,
+        "P0001" => 400,
+        "42883" | "42P01" => 404,
+        "42P17" => 500,
+        _ => match class {
+            "08" | "53" => 503,
+            "0L" | "0P" | "28" => 403,
+            "09" | "25" | "2D" | "38" | "39" | "3B" | "40" | "54" | "55" | "57" | "58" | "F0" | "HV"
+            | "XX" | "P0" => 500,
+            _ => 400,
+        },
+    };
+    StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST)
 }
 
 impl IntoResponse for ApiError {
@@ -147,24 +173,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sqlstates_map_to_statuses() {
-        for (code, status) in [
-            ("KZP01", 400),
-            ("KZP02", 400),
-            ("KZP03", 400),
-            ("KZP04", 400),
-            ("KZA01", 401),
-            ("42501", 403),
-            ("40001", 503),
-            ("40P01", 503),
-            ("08006", 503),
-            ("53300", 503),
-            ("57P01", 503),
-            ("23505", 500),
-            ("42883", 500),
-            ("P0001", 500),
+    fn sqlstates_map_to_postgrest_statuses() {
+        for (code, anon, status) in [
+            ("KZP01", false, 400),
+            ("KZP02", false, 400),
+            ("KZP03", false, 400),
+            ("KZP04", false, 400),
+            ("KZA01", false, 401),
+            ("42501", true, 401),
+            ("42501", false, 403),
+            ("40001", false, 500),
+            ("40P01", false, 500),
+            ("08006", false, 503),
+            ("53300", false, 503),
+            ("53400", false, 500),
+            ("57P01", false, 500),
+            ("57014", false, 500),
+            ("23505", false, 409),
+            ("23503", false, 409),
+            ("23514", false, 400),
+            ("22P05", false, 400),
+            ("54000", false, 500),
+            ("42883", false, 404),
+            ("P0001", false, 400),
+            ("P0004", false, 500),
+            ("XX000", false, 500),
+            ("28000", false, 403),
+            ("25006", false, 405),
         ] {
-            assert_eq!(status_for_sqlstate(code).as_u16(), status, "{code}");
+            assert_eq!(status_for_sqlstate(code, anon).as_u16(), status, "{code}");
         }
     }
 }

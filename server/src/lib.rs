@@ -7,6 +7,7 @@ pub mod config;
 pub mod db;
 pub mod errors;
 pub mod jwt;
+pub mod limits;
 pub mod metrics;
 pub mod pack;
 pub mod routes;

@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use kizuna_protocol::Reason;
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::jwt::unix_now;
@@ -19,6 +21,37 @@ const ALL_REASONS: [Reason; 6] = [
     Reason::SchemaMismatch,
     Reason::BatchAborted,
 ];
+
+/// The durable figures (`kizuna.status()`, whose counts read whole tables), read at most once per
+/// `ttl` however often and however many at once scrape: a scrape costs the database a bounded
+/// amount whatever the tables' size.
+pub struct DurableFigures {
+    ttl: Duration,
+    last: tokio::sync::Mutex<Option<(Instant, Option<Value>)>>,
+}
+
+impl DurableFigures {
+    pub fn new(ttl: Duration) -> DurableFigures {
+        DurableFigures { ttl, last: tokio::sync::Mutex::new(None) }
+    }
+
+    /// The figures, `None` when the database did not answer. Scrapes that arrive while one read is
+    /// under way wait for it and share its answer.
+    pub async fn read(&self, pool: &deadpool_postgres::Pool) -> Option<Value> {
+        let mut last = self.last.lock().await;
+        if let Some((at, figures)) = last.as_ref() {
+            if at.elapsed() < self.ttl {
+                return figures.clone();
+            }
+        }
+        let figures = match pool.get().await {
+            Ok(client) => crate::db::status(&client).await.ok(),
+            Err(_) => None,
+        };
+        *last = Some((Instant::now(), figures.clone()));
+        figures
+    }
+}
 
 #[derive(Default)]
 pub struct Metrics {
@@ -38,28 +71,36 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Counts the verdicts of a successful push. A replayed verdict counts as replayed only: it had
-    /// no new effect, whatever status it repeats.
-    pub fn record_push(&self, response: &Value) {
+    /// Counts the verdicts of a successful push (the pack's answer as text). A replayed verdict
+    /// counts as replayed only: it had no new effect, whatever status it repeats.
+    pub fn record_push(&self, response: &str) {
+        /// Just the fields counted; rows and messages are skipped unparsed.
+        #[derive(Deserialize)]
+        struct Answer {
+            #[serde(default)]
+            verdicts: Vec<Brief>,
+        }
+        #[derive(Deserialize)]
+        struct Brief {
+            status: String,
+            #[serde(default)]
+            reason: Option<String>,
+            #[serde(default)]
+            replayed: bool,
+        }
         self.push_requests.fetch_add(1, Relaxed);
-        let verdicts = response
-            .get("verdicts")
-            .and_then(Value::as_array)
-            .map_or(&[][..], Vec::as_slice);
+        let verdicts = serde_json::from_str::<Answer>(response).map_or_else(|_| Vec::new(), |a| a.verdicts);
         for verdict in verdicts {
-            if verdict.get("replayed").and_then(Value::as_bool) == Some(true) {
+            if verdict.replayed {
                 self.replayed.fetch_add(1, Relaxed);
                 continue;
             }
-            match verdict.get("status").and_then(Value::as_str) {
-                Some("APPLIED") => bump(&self.applied),
-                Some("SKIPPED") => bump(&self.skipped),
-                Some("DELAYED") => bump(&self.delayed),
-                Some("REJECTED") => {
-                    let reason = verdict
-                        .get("reason")
-                        .and_then(Value::as_str)
-                        .unwrap_or("UNKNOWN");
+            match verdict.status.as_str() {
+                "APPLIED" => bump(&self.applied),
+                "SKIPPED" => bump(&self.skipped),
+                "DELAYED" => bump(&self.delayed),
+                "REJECTED" => {
+                    let reason = verdict.reason.as_deref().unwrap_or("UNKNOWN");
                     *lock(&self.rejected).entry(label_safe(reason)).or_default() += 1;
                 }
                 _ => {}
@@ -68,9 +109,15 @@ impl Metrics {
         self.last_ok.store(unix_now(), Relaxed);
     }
 
-    pub fn record_pull(&self, page: &Value) {
+    pub fn record_pull(&self, page: &str) {
+        #[derive(Deserialize)]
+        struct Page {
+            #[serde(default)]
+            lifecycle: Option<String>,
+        }
         self.pull_pages.fetch_add(1, Relaxed);
-        if page.get("lifecycle").and_then(Value::as_str) == Some("CHECKPOINT_EXPIRED") {
+        let lifecycle = serde_json::from_str::<Page>(page).ok().and_then(|p| p.lifecycle);
+        if lifecycle.as_deref() == Some("CHECKPOINT_EXPIRED") {
             self.expired_cursors.fetch_add(1, Relaxed);
         }
         self.last_ok.store(unix_now(), Relaxed);
@@ -307,8 +354,8 @@ mod tests {
             {"status": "APPLIED", "replayed": true},
             {"status": "REJECTED", "reason": "RLS_DENIED", "replayed": false},
             {"status": "DELAYED", "replayed": false}
-        ]}));
-        m.record_pull(&json!({"lifecycle": "CHECKPOINT_EXPIRED"}));
+        ]}).to_string());
+        m.record_pull(&json!({"lifecycle": "CHECKPOINT_EXPIRED"}).to_string());
         m.record_error("KZA01");
         let text = m.render(Some(&json!({"ledger_size": 2, "horizon": 9, "rejected_total": {"RLS_DENIED": 7}, "epoch": "ab12"})));
         for line in [

@@ -14,10 +14,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::{stream, Stream, StreamExt};
-use kizuna_protocol::{PullRequest, PushRequest};
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::sync::{broadcast, watch};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::services::ServeDir;
@@ -26,19 +24,34 @@ use crate::config::Config;
 use crate::db::{self, Rpc};
 use crate::errors::ApiError;
 use crate::jwt::{Claims, JwtKey, Role};
-use crate::metrics::Metrics;
+use crate::limits::CallerLimits;
+use crate::metrics::{DurableFigures, Metrics};
 use crate::wake::Wake;
 
 /// Lifetime of a dev token, in seconds.
 const DEV_TOKEN_SECONDS: u64 = 3600;
+
+/// Bodies past the limit are still read (and dropped) up to this many bytes, for at most
+/// `DRAIN_TIME`, so that the client, still sending, reads its 413 instead of a connection reset.
+const DRAIN_BYTES: usize = 64 * 1024 * 1024;
+const DRAIN_TIME: Duration = Duration::from_secs(10);
+
+/// JSON nested deeper than this is refused (KZG02) before PostgreSQL's parser, which would fail
+/// the request with a stack-depth error, sees it.
+const MAX_JSON_DEPTH: usize = 64;
 
 #[derive(Clone)]
 pub struct AppState {
     pub pool: deadpool_postgres::Pool,
     pub key: JwtKey,
     pub metrics: Arc<Metrics>,
+    pub durable: Arc<DurableFigures>,
     pub wake: Wake,
     pub body_limit: usize,
+    pub limits: CallerLimits,
+    pub statement_timeout: Duration,
+    /// The token `/metrics` on the main address accepts besides a service_role JWT.
+    pub metrics_token: Option<String>,
     /// Flips to true on SIGINT/SIGTERM so that open wake streams end and shutdown can complete.
     pub shutdown: watch::Receiver<bool>,
 }
@@ -70,6 +83,13 @@ pub fn router(state: AppState, config: &Config) -> Router {
     api.with_state(state).layer(cors(&config.cors_origin))
 }
 
+/// What `--metrics-listen` serves: `/metrics` without a token, nothing else.
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(|State(app): State<AppState>| async move { metrics_text(&app).await }))
+        .with_state(state)
+}
+
 fn cors(origins: &str) -> CorsLayer {
     let allow_origin = if origins.trim() == "*" {
         AllowOrigin::any()
@@ -97,44 +117,42 @@ fn cors(origins: &str) -> CorsLayer {
 }
 
 async fn push(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let result = rpc::<PushRequest>(&app, &headers, body, Rpc::Push).await;
-    answer(&app, result, |m, v| m.record_push(v))
+    let result = rpc(&app, &headers, body, Rpc::Push).await;
+    answer(&app, result, Metrics::record_push)
 }
 
 async fn pull(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let result = rpc::<PullRequest>(&app, &headers, body, Rpc::Pull).await;
-    answer(&app, result, |m, v| m.record_pull(v))
+    let result = rpc(&app, &headers, body, Rpc::Pull).await;
+    answer(&app, result, Metrics::record_pull)
 }
 
 async fn admin(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let result = rpc::<serde_json::Map<String, Value>>(&app, &headers, body, Rpc::Admin).await;
+    let result = rpc(&app, &headers, body, Rpc::Admin).await;
     answer(&app, result, |_, _| {})
 }
 
-/// Token, then body size, then JSON, then shape, then the database: every refusal before the
-/// database leaves it untouched.
-async fn rpc<T: DeserializeOwned>(
-    app: &AppState,
-    headers: &HeaderMap,
-    body: Body,
-    rpc: Rpc,
-) -> Result<Value, ApiError> {
-    let claims = authenticate(&app.key, bearer(headers))?;
+/// Token, then the caller's share, then body size, then JSON, then the database: every refusal
+/// before the database leaves it untouched. The request's JSON goes to the pack as the caller sent
+/// it, and the pack's answer comes back as it wrote it: nothing is re-serialised, so no number is
+/// rounded. The pack checks the request's shape, for callers through PostgREST too.
+async fn rpc(app: &AppState, headers: &HeaderMap, body: Body, rpc: Rpc) -> Result<String, ApiError> {
+    let claims = match authenticate(&app.key, bearer(headers)) {
+        Ok(claims) => claims,
+        Err(error) => return Err(drained(body, error).await),
+    };
+    let Some(_admitted) = app.limits.admit(&claims) else {
+        return Err(drained(body, ApiError::too_many_requests(app.limits.limit())).await);
+    };
     let bytes = read_body(headers, body, app.body_limit).await?;
     let request = request_of(&bytes)?;
-    check_shape::<T>(&request)?;
-    db::call(&app.pool, rpc, &claims, &request).await
+    db::call(&app.pool, rpc, &claims, request, app.statement_timeout).await
 }
 
-fn answer(
-    app: &AppState,
-    result: Result<Value, ApiError>,
-    record: impl Fn(&Metrics, &Value),
-) -> Response {
+fn answer(app: &AppState, result: Result<String, ApiError>, record: impl Fn(&Metrics, &str)) -> Response {
     match result {
-        Ok(value) => {
-            record(&app.metrics, &value);
-            Json(value).into_response()
+        Ok(text) => {
+            record(&app.metrics, &text);
+            ([(header::CONTENT_TYPE, "application/json")], text).into_response()
         }
         Err(error) => {
             app.metrics.record_error(error.code());
@@ -164,13 +182,14 @@ fn authenticate(key: &JwtKey, token: Option<&str>) -> Result<Claims, ApiError> {
     key.verify(token).map_err(ApiError::unauthorized)
 }
 
-/// Reads the body up to `limit` bytes; a declared or actual length over it is 413 KZG01.
+/// Reads the body up to `limit` bytes; a declared or actual length over it is 413 KZG01, answered
+/// only after the rest of the body was read (see `DRAIN_BYTES`).
 async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit as u64) {
-        return Err(ApiError::body_too_large(limit));
+        return Err(drained(body, ApiError::body_too_large(limit)).await);
     }
     let mut chunks = body.into_data_stream();
     let mut buffer = Vec::new();
@@ -178,6 +197,7 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
         let chunk = chunk
             .map_err(|e| ApiError::bad_json(format!("could not read the request body: {e}")))?;
         if buffer.len() + chunk.len() > limit {
+            drain(chunks, buffer.len() + chunk.len()).await;
             return Err(ApiError::body_too_large(limit));
         }
         buffer.extend_from_slice(&chunk);
@@ -185,34 +205,74 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
     Ok(buffer.into())
 }
 
-/// The PostgREST RPC body: a JSON object whose `request` field is the function's argument.
-fn request_of(bytes: &[u8]) -> Result<Value, ApiError> {
-    let body: Value = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad_json(format!("request body is not valid JSON: {e}")))?;
-    match body {
-        Value::Object(mut fields) => fields.remove("request").ok_or_else(|| {
-            ApiError::bad_json("request body must be a JSON object with a \"request\" field")
-        }),
-        _ => Err(ApiError::bad_json(
-            "request body must be a JSON object with a \"request\" field",
-        )),
-    }
+/// `error`, once the body the client is still sending has been read and dropped.
+async fn drained(body: Body, error: ApiError) -> ApiError {
+    drain(body.into_data_stream(), 0).await;
+    error
 }
 
-/// Rejects a request of the wrong shape before it reaches the database, naming the field. The
-/// original JSON, not a re-serialisation, is what the pack receives.
-fn check_shape<T: DeserializeOwned>(request: &Value) -> Result<(), ApiError> {
-    serde_path_to_error::deserialize::<_, T>(request)
-        .map(drop)
-        .map_err(|e| {
-            let path = e.path().to_string();
-            let field = if path == "." {
-                "request".to_owned()
-            } else {
-                format!("request.{path}")
-            };
-            ApiError::malformed(format!("malformed request at {field}: {}", e.inner()))
-        })
+async fn drain(mut chunks: axum::body::BodyDataStream, mut read: usize) {
+    let _ = tokio::time::timeout(DRAIN_TIME, async {
+        while read < DRAIN_BYTES {
+            match chunks.next().await {
+                Some(Ok(chunk)) => read += chunk.len(),
+                _ => break,
+            }
+        }
+    })
+    .await;
+}
+
+/// The PostgREST RPC body: a JSON object whose `request` field is the function's argument, returned
+/// as the exact text the caller sent.
+fn request_of(bytes: &[u8]) -> Result<&str, ApiError> {
+    #[derive(Deserialize)]
+    struct Rpc<'a> {
+        #[serde(borrow)]
+        request: &'a serde_json::value::RawValue,
+    }
+    let shape = "request body must be a JSON object with a \"request\" field";
+    let body: Rpc = serde_json::from_slice(bytes).map_err(|e| {
+        if e.is_data() {
+            ApiError::bad_json(shape)
+        } else {
+            ApiError::bad_json(format!("request body is not valid JSON: {e}"))
+        }
+    })?;
+    if nesting_exceeds(body.request.get().as_bytes(), MAX_JSON_DEPTH) {
+        return Err(ApiError::bad_json(format!(
+            "request is nested deeper than {MAX_JSON_DEPTH} levels"
+        )));
+    }
+    Ok(body.request.get())
+}
+
+/// True when arrays and objects in this (valid) JSON nest deeper than `max`.
+fn nesting_exceeds(json: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in json {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
 }
 
 #[derive(Deserialize)]
@@ -287,11 +347,29 @@ fn wake_events(
     )
 }
 
-async fn metrics(State(app): State<AppState>) -> Response {
-    let status = match app.pool.get().await {
-        Ok(client) => db::status(&client).await.ok(),
-        Err(_) => None,
-    };
+/// `/metrics` on the main address: for the metrics token or a service_role JWT only.
+async fn metrics(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    let token = bearer(&headers);
+    let by_metrics_token = app
+        .metrics_token
+        .as_deref()
+        .is_some_and(|wanted| token == Some(wanted));
+    if !by_metrics_token {
+        match authenticate(&app.key, token) {
+            Ok(claims) if claims.role == Role::ServiceRole => {}
+            Ok(_) => {
+                return ApiError::new(StatusCode::FORBIDDEN, "42501", "metrics need the metrics token or a service_role token")
+                    .into_response()
+            }
+            Err(error) => return error.into_response(),
+        }
+    }
+    metrics_text(&app).await
+}
+
+/// The exposition itself; also what `--metrics-listen` serves without a token.
+pub async fn metrics_text(app: &AppState) -> Response {
+    let status = app.durable.read(&app.pool).await;
     let text = app.metrics.render(status.as_ref());
     (
         [(
@@ -354,27 +432,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_wrong_type_names_the_field() {
-        let request = json!({"protocol": 1, "client_id": "00000000-0000-0000-0000-000000000001",
-            "mutations": [{"id": "00000000-0000-0000-0000-000000000002", "client_seq": "one",
-                           "table": "t", "pk": "1", "op": "upsert", "read_seq": 0}]});
-        let error = check_shape::<PushRequest>(&request).unwrap_err();
-        assert_eq!(error.code(), "KZP01");
-        assert!(
-            error
-                .body
-                .message
-                .contains("request.mutations[0].client_seq"),
-            "{}",
-            error.body.message
+    fn the_body_must_wrap_the_request_and_is_passed_on_as_sent() {
+        assert_eq!(request_of(b"{").unwrap_err().code(), "KZG02");
+        assert_eq!(request_of(b"[]").unwrap_err().code(), "KZG02");
+        assert_eq!(request_of(br#"{"req": 1}"#).unwrap_err().code(), "KZG02");
+        assert_eq!(request_of(br#"{"request": 1}"#).unwrap(), "1");
+        let exact = br#"{"request": {"n": 123456789012345678901234567890, "f": 0.12345678901234567890123456789, "big": 1e400}}"#;
+        assert_eq!(
+            request_of(exact).unwrap(),
+            r#"{"n": 123456789012345678901234567890, "f": 0.12345678901234567890123456789, "big": 1e400}"#
         );
     }
 
     #[test]
-    fn the_body_must_wrap_the_request() {
-        assert_eq!(request_of(b"{").unwrap_err().code(), "KZG02");
-        assert_eq!(request_of(b"[]").unwrap_err().code(), "KZG02");
-        assert_eq!(request_of(br#"{"req": 1}"#).unwrap_err().code(), "KZG02");
-        assert_eq!(request_of(br#"{"request": 1}"#).unwrap(), json!(1));
+    fn deep_nesting_is_refused_and_brackets_in_strings_do_not_count() {
+        let deep = format!("{{\"request\": {}1{}}}", "[".repeat(65), "]".repeat(65));
+        assert_eq!(request_of(deep.as_bytes()).unwrap_err().code(), "KZG02");
+        let fine = format!("{{\"request\": {}1{}}}", "[".repeat(64), "]".repeat(64));
+        assert!(request_of(fine.as_bytes()).is_ok());
+        let quoted = format!("{{\"request\": [\"{}\\\"\"]}}", "[".repeat(100));
+        assert!(request_of(quoted.as_bytes()).is_ok(), "{quoted}");
     }
 }

@@ -32,7 +32,7 @@ fn batch() -> Vec<Value> {
 
 #[tokio::test]
 async fn a_batch_pushed_three_times_has_one_effect() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     count_effects(&db).await;
     let alice = Caller::user(ALICE);
     let request = push_request(DEVICE, batch());
@@ -55,7 +55,7 @@ async fn a_batch_pushed_three_times_has_one_effect() {
 
 #[tokio::test]
 async fn the_same_batch_on_two_connections_at_once_has_one_effect() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     count_effects(&db).await;
     let alice = Caller::user(ALICE);
     let request = push_request(DEVICE, batch());
@@ -74,7 +74,7 @@ async fn the_same_batch_on_two_connections_at_once_has_one_effect() {
 
 #[tokio::test]
 async fn after_pruning_and_a_restart_a_replay_is_skipped() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     count_effects(&db).await;
     let alice = Caller::user(ALICE);
     let request = push_request(DEVICE, batch());

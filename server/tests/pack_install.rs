@@ -15,7 +15,7 @@ const DEVICE: &str = "c0000000-0000-4000-8000-0000000000a1";
 
 #[tokio::test]
 async fn installing_twice_changes_nothing_and_follows_the_sql_directory() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     let alice = Caller::user(ALICE);
     let first = db.push(&alice, push_request(DEVICE, vec![mutation(1, "todos", "t1", "upsert", json!({"title": "a"}))])).await.unwrap();
     assert_eq!(statuses(&first), ["APPLIED"]);
@@ -43,7 +43,7 @@ async fn installing_twice_changes_nothing_and_follows_the_sql_directory() {
 
 #[tokio::test]
 async fn a_committed_change_wakes_listeners_with_the_horizon_and_no_row_data() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     let (listener, mut conn) = tokio_postgres::connect(db.url(), NoTls).await.unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut messages = stream::poll_fn(move |cx| conn.poll_message(cx));
@@ -70,7 +70,7 @@ async fn a_committed_change_wakes_listeners_with_the_horizon_and_no_row_data() {
 
 #[tokio::test]
 async fn status_reports_durable_figures() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     let alice = Caller::user(ALICE);
     let ok = mutation(1, "todos", "t1", "upsert", json!({"title": "a"}));
     let bad = mutation(2, "todos", "t2", "upsert", json!({"nope": 1}));

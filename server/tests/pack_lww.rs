@@ -25,7 +25,7 @@ fn bucket() -> String {
 
 #[tokio::test]
 async fn arrival_mode_later_arrival_holds_a_column_and_different_columns_both_survive() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     let alice = Caller::user(ALICE);
     db.push(&alice, push_request(PHONE, vec![mutation(1, "todos", "t1", "upsert", json!({"title": "v0"}))])).await.unwrap();
     let seen = pull_run(db.client(), &alice, PHONE, None, &[&bucket()], 100).await.unwrap();
@@ -53,7 +53,7 @@ async fn arrival_mode_later_arrival_holds_a_column_and_different_columns_both_su
 
 #[tokio::test]
 async fn arrival_mode_journal_keeps_the_value_a_stale_writer_overwrote() {
-    let Some(db) = TestDb::new().await else { return };
+    let db = TestDb::new().await;
     owned_table(&db, "docs", ", journal => true").await;
     let alice = Caller::user(ALICE);
     db.push(&alice, push_request(PHONE, vec![mutation(1, "docs", "d1", "upsert", json!({"title": "v0", "body": "b0"}))])).await.unwrap();
@@ -87,7 +87,7 @@ async fn arrival_mode_journal_keeps_the_value_a_stale_writer_overwrote() {
 
 #[tokio::test]
 async fn hlc_mode_orders_each_column_by_the_clamped_origin_clock() {
-    let Some(db) = TestDb::new().await else { return };
+    let db = TestDb::new().await;
     owned_table(&db, "notes", ", conflict_mode => 'hlc', journal => true").await;
     db.exec("update kizuna.settings set hlc_max_skew = '2 seconds'").await;
     let alice = Caller::user(ALICE);

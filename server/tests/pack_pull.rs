@@ -24,7 +24,7 @@ async fn six_rows(db: &TestDb, alice: &Caller) {
 
 #[tokio::test]
 async fn pages_come_in_seq_table_pk_order_and_the_closing_page_may_hold_exactly_limit() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     let alice = Caller::user(ALICE);
     six_rows(&db, &alice).await;
     let b = bucket();
@@ -53,7 +53,7 @@ async fn pages_come_in_seq_table_pk_order_and_the_closing_page_may_hold_exactly_
 
 #[tokio::test]
 async fn checkpoint_expired_is_judged_by_the_run_start_also_between_pages() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     let alice = Caller::user(ALICE);
     six_rows(&db, &alice).await;
     let b = bucket();
@@ -88,7 +88,7 @@ async fn checkpoint_expired_is_judged_by_the_run_start_also_between_pages() {
 
 #[tokio::test]
 async fn another_epoch_is_a_server_reset_and_a_garbled_cursor_is_malformed() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     let alice = Caller::user(ALICE);
     six_rows(&db, &alice).await;
     let b = bucket();

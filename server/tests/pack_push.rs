@@ -22,7 +22,7 @@ async fn footprint(db: &TestDb) -> Value {
 
 #[tokio::test]
 async fn whole_request_errors_are_coded_and_write_nothing() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     let alice = Caller::user(ALICE);
     db.exec("select kizuna.register_table('public.todos', bucket => $$'user:' || owner$$, max_batch_size => 3,
                                           gate => 'public.todos_gate(text, jsonb)')").await;
@@ -72,7 +72,7 @@ async fn whole_request_errors_are_coded_and_write_nothing() {
 
 #[tokio::test]
 async fn unknown_names_and_hostile_identifiers_are_schema_mismatches_that_write_nothing() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     let alice = Caller::user(ALICE);
     let hostile = [
         mutation(1, "todos; drop table public.todos; --", "t1", "upsert", json!({"title": "x"})),
@@ -99,7 +99,7 @@ async fn unknown_names_and_hostile_identifiers_are_schema_mismatches_that_write_
 
 #[tokio::test]
 async fn each_rejection_carries_the_row_as_the_caller_sees_it() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     let alice = Caller::user(ALICE);
     db.push(&alice, push_request(DEVICE, vec![mutation(1, "todos", "t1", "upsert", json!({"title": "kept"}))])).await.unwrap();
     db.exec("create unique index todos_position on public.todos (position)").await;
@@ -129,7 +129,7 @@ async fn each_rejection_carries_the_row_as_the_caller_sees_it() {
 
 #[tokio::test]
 async fn an_atomic_batch_is_all_or_nothing_and_a_plain_slice_is_not() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     let alice = Caller::user(ALICE);
     let batch = uuid::Uuid::new_v4().to_string();
     let members = |seq: i64, batch: Option<&str>| {
@@ -154,7 +154,7 @@ async fn an_atomic_batch_is_all_or_nothing_and_a_plain_slice_is_not() {
 
 #[tokio::test]
 async fn a_future_apply_after_is_delayed_and_stores_nothing() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     let alice = Caller::user(ALICE);
     let mut later = mutation(1, "todos", "d1", "upsert", json!({"title": "later"}));
     later["apply_after"] = json!("2999-01-01T00:00:00Z");
@@ -173,7 +173,7 @@ async fn a_future_apply_after_is_delayed_and_stores_nothing() {
 
 #[tokio::test]
 async fn a_key_sent_in_another_spelling_is_the_same_key() {
-    let Some(db) = TestDb::new().await else { return };
+    let db = TestDb::new().await;
     db.owned_table("tags", "id uuid primary key, label text", "").await;
     let alice = Caller::user(ALICE);
     let bucket = format!("user:{ALICE}");
@@ -198,7 +198,7 @@ async fn a_key_sent_in_another_spelling_is_the_same_key() {
 
 #[tokio::test]
 async fn a_gate_may_refuse_by_raising_and_a_row_one_may_read_but_not_write_comes_back() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     db.exec(
         "create function public.todos_strict_gate(op text, row_ jsonb) returns boolean language plpgsql as $$
          begin

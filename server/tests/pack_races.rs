@@ -27,7 +27,7 @@ async fn until_blocked(db: &TestDb, n: i64) {
 
 #[tokio::test]
 async fn a_tombstone_reaped_while_its_page_is_collected_expires_the_run() {
-    let Some(db) = TestDb::new().await else { return };
+    let db = TestDb::new().await;
     // Rendering the row 'slow' waits for advisory lock 4242, which the test holds: the pull stops
     // between reading the low watermark and scanning for the tombstone behind 'slow'.
     db.exec(&format!(
@@ -68,7 +68,7 @@ async fn a_tombstone_reaped_while_its_page_is_collected_expires_the_run() {
 
 #[tokio::test]
 async fn the_reaper_and_a_push_of_the_client_it_prunes_do_not_deadlock() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     let alice = Caller::user(ALICE);
     db.push(&alice, push_request(DEVICE, vec![mutation(1, "todos", "t1", "upsert", json!({"title": "one"}))])).await.unwrap();
 
@@ -94,7 +94,7 @@ async fn the_reaper_and_a_push_of_the_client_it_prunes_do_not_deadlock() {
 
 #[tokio::test]
 async fn a_repeatable_read_writer_commits_after_another_synced_commit() {
-    let Some(db) = TestDb::new().await else { return };
+    let db = TestDb::new().await;
     db.exec(
         "create table public.items (id text primary key);
          grant select on public.items to authenticated;
@@ -117,7 +117,7 @@ async fn a_repeatable_read_writer_commits_after_another_synced_commit() {
 
 #[tokio::test]
 async fn in_hlc_mode_a_push_waits_for_a_plain_sql_write_before_ordering_columns() {
-    let Some(db) = TestDb::new().await else { return };
+    let db = TestDb::new().await;
     db.owned_table("docs", "id text primary key, body text", ", conflict_mode => 'hlc'").await;
     let alice = Caller::user(ALICE);
     let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;

@@ -23,7 +23,7 @@ fn keys(entries: &[Value]) -> Vec<String> {
 
 #[tokio::test]
 async fn users_never_see_each_others_rows_and_pull_filters_by_bucket() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     let (alice, bob) = (Caller::user(ALICE), Caller::user(BOB));
     db.push(&alice, push_request(ALICE_PHONE, vec![mutation(1, "todos", "a1", "upsert", json!({"title": "alice's"}))])).await.unwrap();
     db.push(&bob, push_request(BOB_PHONE, vec![mutation(1, "todos", "b1", "upsert", json!({"title": "bob's"}))])).await.unwrap();
@@ -66,7 +66,7 @@ async fn users_never_see_each_others_rows_and_pull_filters_by_bucket() {
 
 #[tokio::test]
 async fn delete_wins_only_for_a_caller_who_pulled_the_live_row() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     let (alice, bob) = (Caller::user(ALICE), Caller::user(BOB));
     let ab = bucket(ALICE);
     db.push(&alice, push_request(ALICE_PHONE, vec![mutation(1, "todos", "t1", "upsert", json!({"title": "draft"}))])).await.unwrap();
@@ -130,7 +130,7 @@ async fn delete_wins_only_for_a_caller_who_pulled_the_live_row() {
 
 #[tokio::test]
 async fn the_pack_helpers_act_only_for_the_callers_own_clients() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     let (alice, bob) = (Caller::user(ALICE), Caller::user(BOB));
     let ab = bucket(ALICE);
     let first = mutation(1, "todos", "t1", "upsert", json!({"title": "private"}));
@@ -165,7 +165,7 @@ async fn the_pack_helpers_act_only_for_the_callers_own_clients() {
 
 #[tokio::test]
 async fn a_row_that_changes_bucket_leaves_the_old_one() {
-    let Some(db) = TestDb::with_todos().await else { return };
+    let db = TestDb::with_todos().await;
     let (alice, bob) = (Caller::user(ALICE), Caller::user(BOB));
     let (ab, bb) = (bucket(ALICE), bucket(BOB));
     db.push(&alice, push_request(ALICE_PHONE, vec![mutation(1, "todos", "t1", "upsert", json!({"title": "gift"}))])).await.unwrap();

@@ -2,9 +2,9 @@
 //! points made exactly as the gateway makes them: one transaction, `SET LOCAL ROLE`, the JWT claims
 //! in `request.jwt.claims`, then `select public.kizuna_push($1::jsonb)`.
 //!
-//! `DATABASE_URL` must name an admin (superuser) connection to a running cluster; without it the
-//! tests print a message and pass vacuously. The database is dropped when the `TestDb` is dropped
-//! (best effort).
+//! `DATABASE_URL` must name an admin (superuser) connection to a running cluster; without it every
+//! test fails and says how to run it (`make test` starts a throwaway cluster and sets it). The
+//! database is dropped when the `TestDb` is dropped (best effort).
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
@@ -51,11 +51,12 @@ pub struct SqlError {
 }
 
 impl TestDb {
-    /// A fresh database with the pack installed, or `None` (and a message) without `DATABASE_URL`.
-    pub async fn new() -> Option<TestDb> {
+    /// A fresh database with the pack installed. Without `DATABASE_URL` the test fails: a test
+    /// that could not run must never count as passed.
+    pub async fn new() -> TestDb {
         let Ok(admin_url) = std::env::var("DATABASE_URL") else {
-            eprintln!("DATABASE_URL is unset: skipping this database test");
-            return None;
+            panic!("DATABASE_URL is unset, so this test cannot run: run `make test` (it starts a throwaway \
+                    PostgreSQL cluster), or set DATABASE_URL to a superuser URL of a running cluster");
         };
         let (admin, conn) = tokio_postgres::connect(&admin_url, NoTls).await.expect("connect DATABASE_URL");
         let admin_task = tokio::spawn(conn);
@@ -66,14 +67,14 @@ impl TestDb {
         let url = with_database(&admin_url, &name);
         let client = connect(&url).await;
         pack::install(&client).await.expect("install the pack");
-        Some(TestDb { url, admin_url, name, client })
+        TestDb { url, admin_url, name, client }
     }
 
     /// A fresh database with the pack and the example `todos` table.
-    pub async fn with_todos() -> Option<TestDb> {
-        let db = TestDb::new().await?;
+    pub async fn with_todos() -> TestDb {
+        let db = TestDb::new().await;
         db.exec(include_str!("../../sql/examples/todos.sql")).await;
-        Some(db)
+        db
     }
 
     pub fn url(&self) -> &str {

@@ -16,6 +16,8 @@ use sha2::Sha256;
 
 /// The secret the test servers sign with (never the development default).
 pub const SECRET: &str = "gateway-test-secret";
+/// The token `/metrics` wants from the test servers.
+pub const METRICS_TOKEN: &str = "gateway-test-metrics-token";
 
 const BIN: &str = env!("CARGO_BIN_EXE_kizuna-server");
 
@@ -34,6 +36,8 @@ impl TestServer {
         let mut command = Command::new(BIN);
         command
             .args(["--listen", "127.0.0.1:0", "--reap-interval", "0"])
+            // Every scrape reads the durable figures, so tests see them move; the cache has its test.
+            .args(["--metrics-token", METRICS_TOKEN, "--metrics-cache-ms", "0"])
             .args(extra)
             .env("DATABASE_URL", database_url)
             .env("KIZUNA_JWT_SECRET", SECRET)
@@ -133,6 +137,13 @@ impl TestServer {
             &json!({"sub": sub, "role": role, "exp": now() + 3600}),
             SECRET,
         )
+    }
+
+    /// The `/metrics` text, scraped with the metrics token.
+    pub async fn metrics(&self) -> String {
+        let response = self.http.get(self.path("/metrics")).bearer_auth(METRICS_TOKEN).send().await.unwrap();
+        assert_eq!(response.status(), 200, "/metrics with the metrics token");
+        response.text().await.unwrap()
     }
 
     /// GETs `path` from the server.
