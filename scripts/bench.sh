@@ -29,3 +29,4 @@ for limit in 1000 5000; do
   PGOPTIONS="-c bench.limit=$limit" psql "$db" -qf bench/pull.sql 2>&1 | sed -n 's/.*NOTICE: */  /p'
 done
 psql "$db" -qf bench/push.sql 2>&1 | sed -n 's/.*NOTICE: */  /p'
+psql "$db" -qf bench/stranger.sql 2>&1 | sed -n 's/.*NOTICE: */  /p'

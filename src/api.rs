@@ -112,7 +112,7 @@ export interface Conflict {
 export interface KizunaEvents {
   change: { origin: "local" | "remote" | "compensation"; keys: { table: string; pk: string }[] };
   applied: { id: string; seq: number | null };
-  rejected: { reason: "DELETE_WINS" | "RLS_DENIED" | "VALIDATION_FAILED" | "CONSTRAINT_VIOLATION" | "SCHEMA_MISMATCH" | "BATCH_ABORTED"; mutation: PendingWrite; serverRow: Row | null };
+  rejected: { reason: "DELETE_WINS" | "RLS_DENIED" | "VALIDATION_FAILED" | "CONSTRAINT_VIOLATION" | "SCHEMA_MISMATCH" | "BATCH_ABORTED"; message: string | null; mutation: PendingWrite; serverRow: Row | null };
   deadLetter: { entry: PendingWrite; error: string };
   pushFailed: { code: string; message: string; retryable: boolean };
   pullFailed: { code: string; message: string; retryable: boolean };

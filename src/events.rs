@@ -104,9 +104,9 @@ fn describe(event: &Event) -> (&'static str, Value) {
             json!({ "origin": origin(o), "keys": keys.iter().map(|k| json!({"table": k.table, "pk": k.pk})).collect::<Vec<_>>() }),
         ),
         Event::Applied { id, seq } => ("applied", json!({ "id": id, "seq": seq })),
-        Event::Rejected { mutation, reason, server_row } => (
+        Event::Rejected { mutation, reason, message, server_row } => (
             "rejected",
-            json!({ "reason": reason.as_str(), "mutation": entry_json(mutation), "serverRow": server_row }),
+            json!({ "reason": reason.as_str(), "message": message, "mutation": entry_json(mutation), "serverRow": server_row }),
         ),
         Event::DeadLetter { entry, error } => ("deadLetter", json!({ "entry": entry_json(entry), "error": error })),
         Event::PushFailed { code, message, retryable } => {

@@ -17,11 +17,28 @@ use crate::api::invalid;
 
 /// A required string argument, non-empty.
 pub fn text(value: &JsValue, what: &str) -> Result<String, JsValue> {
-    match value.as_string() {
+    match string(value, what)? {
         Some(s) if !s.is_empty() => Ok(s),
         Some(_) => Err(invalid(format!("{what} must not be empty"))),
         None => Err(invalid(format!("{what} must be a string"))),
     }
+}
+
+/// A JS string as it is, or `None` for another type. Refused rather than changed: a lone
+/// surrogate (which has no UTF-8 form, so converting it would replace it with U+FFFD) and NUL
+/// (which no PostgreSQL text or JSON value can hold, so the server could never take the write).
+fn string(value: &JsValue, what: &str) -> Result<Option<String>, JsValue> {
+    let Some(js) = value.dyn_ref::<js_sys::JsString>() else {
+        return Ok(None);
+    };
+    if !js.is_valid_utf16() {
+        return Err(invalid(format!("{what} holds a lone surrogate (a broken UTF-16 string), which JSON cannot carry")));
+    }
+    let s = String::from(js);
+    if s.contains('\0') {
+        return Err(invalid(format!("{what} holds a NUL character (\\u0000), which PostgreSQL cannot store")));
+    }
+    Ok(Some(s))
 }
 
 /// A row or a set of columns: a plain object of JSON values.
@@ -83,7 +100,7 @@ fn json(value: &JsValue, what: &str) -> Result<Value, JsValue> {
     if let Some(b) = value.as_bool() {
         return Ok(Value::Bool(b));
     }
-    if let Some(s) = value.as_string() {
+    if let Some(s) = string(value, what)? {
         return Ok(Value::String(s));
     }
     if let Some(n) = value.as_f64() {
@@ -108,7 +125,7 @@ fn json(value: &JsValue, what: &str) -> Result<Value, JsValue> {
     if is_plain_object(value) {
         let mut map = serde_json::Map::new();
         for key in Object::keys(value.unchecked_ref::<Object>()).iter() {
-            let name = key.as_string().unwrap_or_default();
+            let name = string(&key, &format!("a column name in {what}"))?.unwrap_or_default();
             let item = Reflect::get(value, &key).unwrap_or(JsValue::UNDEFINED);
             if !item.is_undefined() {
                 map.insert(name.clone(), json(&item, &format!("{what}.{name}"))?);

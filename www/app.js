@@ -32,8 +32,11 @@ function log(kind, detail) {
 }
 
 async function render() {
-  if (!client) return;
-  const rows = await client.list("todos");
+  // The client of this render: a sign-in may replace (and close) `client` while it awaits.
+  const shown = client;
+  if (!shown) return;
+  const rows = await shown.list("todos").catch(() => null);
+  if (!rows || shown !== client) return;
   const pending = new Set(client.pendingWrites().map((w) => w.pk));
   rows.sort((a, b) => (a.position ?? 0) - (b.position ?? 0));
   $("todos").replaceChildren(...rows.map((row) => {

@@ -333,6 +333,13 @@ language sql immutable as $$
                             'replayed', false, '_fresh', true, '_seq', m -> 'client_seq')
 $$;
 
+-- A value that is no value of its column's type (text for a number, a bad date, too long for
+-- varchar(n), out of range): SCHEMA_MISMATCH. Other data exceptions (a division by zero in a
+-- trigger) are the application's rules refusing the row.
+create or replace function kizuna.is_type_mismatch(state text) returns boolean language sql immutable as $$
+  select state in ('22P02', '22003', '22001', '22007', '22008', '22P05', '22021', '22026', '22P03')
+$$;
+
 -- The words for an error the application's own SQL raised for one mutation. A RAISE in the app's
 -- trigger or function (class P0) speaks for itself; other errors get a fixed sentence, because
 -- their text and detail can carry internals (tuple ids, relation names, other rows' values).
@@ -346,7 +353,7 @@ language sql immutable as $$
     when state = '23502' then 'a required column is null'
     when left(state, 2) = '23' then format('a constraint of the table refused the row (%s)', constraint_name)
     when left(state, 2) = '54' then 'a value is too large to store: indexed values (keys too) must stay under about 2,700 bytes'
-    when left(state, 2) = '22' then 'a value does not fit its column''s type'
+    when kizuna.is_type_mismatch(state) then 'a value does not fit its column''s type'
     else format('the table''s own rules refused the row (SQLSTATE %s)', state)
   end
 $$;
@@ -520,7 +527,7 @@ begin
       end if;
       return kizuna.rejected(m,
         case when left(err_state, 2) = '23' then 'CONSTRAINT_VIOLATION'
-             when left(err_state, 2) = '22' then 'SCHEMA_MISMATCH'
+             when kizuna.is_type_mismatch(err_state) then 'SCHEMA_MISMATCH'
              else 'VALIDATION_FAILED' end,
         kizuna.refusal_message(err_state, err_message, err_constraint));
   end;

@@ -48,12 +48,14 @@ create or replace function kizuna.hex(t text) returns text language sql immutabl
 create or replace function kizuna.unhex(h text) returns text language sql immutable as
   $$ select convert_from(decode(h, 'hex'), 'UTF8') $$;
 
--- Candidate entries one request may examine: two chunks, a chunk being the page plus its look-ahead
--- and at least 64 entries, so that a stranger's page costs about what an owner's does.
-create or replace function kizuna.pull_chunk(lim integer) returns integer language sql immutable as
-  $$ select greatest(lim + 1, 64) $$;
+-- Candidate entries one request may examine: twice the page plus its look-ahead, and at least 32,
+-- so that a stranger's page costs about what an owner's does. The first chunk is the page and its
+-- look-ahead (all an owner needs), at least 32: small pages then take one round of statements,
+-- whoever asks; the rest of the budget, when needed, is the second.
 create or replace function kizuna.pull_budget(lim integer) returns integer language sql immutable as
-  $$ select 2 * kizuna.pull_chunk(lim) $$;
+  $$ select greatest(2 * (lim + 1), 32) $$;
+create or replace function kizuna.pull_first_chunk(lim integer) returns integer language sql immutable as
+  $$ select greatest(lim + 1, 32) $$;
 
 create or replace function kizuna.keystream(nonce bytea, n integer) returns bytea
 language sql stable security definer set search_path = pg_catalog as $$
@@ -83,7 +85,7 @@ declare
   nonce bytea;
   box bytea;
 begin
-  if nonce_part !~ '^x[0-9a-f]{32}$' or box_part !~ '^([0-9a-f]{2}){1,4096}$' then
+  if nonce_part !~ '^x[0-9a-f]{32}$' or box_part !~ '^([0-9a-f]{2})+$' or length(box_part) > 8192 then
     return null;
   end if;
   nonce := decode(substr(nonce_part, 2), 'hex');
@@ -103,7 +105,10 @@ $$;
 create or replace function kizuna.page_candidates(buckets text[], horizon bigint, with_tombstones boolean,
                                                   after_seq bigint, after_tbl text, after_pk text,
                                                   after_bucket text, n integer)
-returns setof kizuna.changes language sql stable security definer set search_path = pg_catalog as $$
+returns setof kizuna.changes language plpgsql stable security definer set search_path = pg_catalog as $$
+begin
+  -- PL/pgSQL, not SQL: its plan is kept across calls (a SQL function is planned at every call).
+  return query
   select c.*
     from (select distinct b from unnest(buckets) b) rb
    cross join lateral (
@@ -114,7 +119,8 @@ returns setof kizuna.changes language sql stable security definer set search_pat
       limit n + 1) c
    where (c.seq, c.tbl, c.pk, c.bucket) > (after_seq, after_tbl, after_pk, after_bucket)
    order by c.seq, c.tbl, c.pk, c.bucket
-   limit n
+   limit n;
+end
 $$;
 
 -- Records that a run was served to completion for these buckets (the DELETE_WINS rule in 005).
@@ -306,7 +312,7 @@ begin
   -- Collect up to lim + 1 visible entries (one look-ahead decides `done`), scanning candidates in
   -- chunks; entries the caller may not see are skipped. At most pull_budget(lim) candidates are
   -- examined: past that the page ends early (see the cost note at the top).
-  chunk := kizuna.pull_chunk(lim);
+  chunk := kizuna.pull_first_chunk(lim);
   loop
     batch := array(select x from kizuna.page_candidates(buckets, horizon, run_from > 0,
                                                         pos_seq, pos_tbl, pos_pk, pos_bucket, chunk) x);
@@ -323,6 +329,7 @@ begin
       out_of_budget := true;
       exit;
     end if;
+    chunk := kizuna.pull_budget(lim) - examined;
   end loop;
 
   -- Each statement here reads its own snapshot, so the reaper may have pruned a tombstone of this

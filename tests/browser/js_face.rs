@@ -45,6 +45,12 @@ async fn bad_arguments_are_coded_errors_that_store_nothing() {
         "return client.query('todos', {wher: {done: true}})",
         "return client.requeueDeadLetter(3.5)",
         "return client.batch([{op: 'upsert', table: 'todos', pk: 'k', row: {f: () => 1}}])",
+        // What PostgreSQL cannot store, or JSON cannot carry, is refused here, not queued to fail.
+        "return client.put('todos', 'k', {title: 'a\\u0000b'})",
+        "return client.put('todos', 'k\\u0000', {title: 'x'})",
+        "return client.put('todos', 'k', {['ti\\u0000tle']: 'x'})",
+        "return client.put('todos', 'k', {title: 'half \\ud83d pair'})",
+        "return client.patch('todos', 'k', {note: ['\\udc00']})",
     ];
     for snippet in snippets {
         let err = js_await(&client, snippet).await.expect_err(snippet);

@@ -54,6 +54,7 @@ async fn a_refused_write_restores_the_server_row_and_says_why() {
     assert_eq!(rejected.length(), 1);
     let event = from_js(rejected.get(0));
     assert_eq!(event["reason"], "VALIDATION_FAILED", "{event}");
+    assert_eq!(event["message"], "the table's validation gate refused the row", "{event}");
     assert_eq!(event["serverRow"]["title"], "short");
     assert_eq!(event["mutation"]["pk"], id.as_str());
     assert_eq!(ok(client.get("todos".into(), id.clone().into())).await["title"], "short", "the server's row is back");
@@ -287,5 +288,24 @@ async fn a_reload_while_a_push_is_in_flight_loses_nothing_and_applies_once() {
     assert_eq!(server_view(&user, "todos", &id).await["title"], "in flight");
     let applied_after = operator(json!({"action": "status"})).await["applied_total"].as_i64().unwrap();
     assert_eq!(applied_after - applied_before, 1, "one effect: the resend was answered from the ledger");
+    client.close();
+}
+
+#[wasm_bindgen_test]
+async fn numbers_reach_the_server_digit_for_digit() {
+    // A JS number goes out as its shortest round-trip form, never rounded further: the server
+    // stores the very double the app wrote. (A value beyond a double is written as a string,
+    // which numeric columns take exactly.)
+    let user = random_id();
+    let id = random_id();
+    let client = open(&options(&format!("digits-{}", random_id()), &user)).await;
+    let row = json!({"id": id, "title": "digits", "position": 0.1_f64 + 0.2_f64, "note": "123456789012345678901234567890"});
+    ok(client.put("todos".into(), id.clone().into(), to_js(&row), None)).await;
+    ok(client.sync()).await;
+    let pull = json!({"protocol": 1, "client_id": random_id(), "cursor": null, "buckets": [format!("user:{user}")], "limit": 10});
+    let (status, text) = rpc_text("kizuna_pull", &token_for(&user), &pull).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("0.30000000000000004"), "the double was rounded on the way: {text}");
+    assert!(text.contains("\"123456789012345678901234567890\""), "{text}");
     client.close();
 }

@@ -165,24 +165,33 @@ pub async fn server_view(user: &str, table: &str, pk: &str) -> Value {
     row
 }
 
-/// Calls the operator's RPC (`kizuna_admin`) as service_role and returns its answer.
-pub async fn operator(request: Value) -> Value {
+/// POSTs `{"request": request}` to the gateway's RPC `function` with `token` by plain fetch; the
+/// status and the body as text, exactly as the server sent it.
+pub async fn rpc_text(function: &str, token: &str, request: &Value) -> (u16, String) {
     let headers = Object::new();
     Reflect::set(&headers, &"content-type".into(), &"application/json".into()).unwrap();
-    Reflect::set(&headers, &"authorization".into(), &format!("Bearer {}", token_with_role(&random_id(), "service_role")).into()).unwrap();
+    Reflect::set(&headers, &"authorization".into(), &format!("Bearer {token}").into()).unwrap();
     let init = Object::new();
     Reflect::set(&init, &"method".into(), &"POST".into()).unwrap();
     Reflect::set(&init, &"headers".into(), &headers).unwrap();
     Reflect::set(&init, &"body".into(), &json!({ "request": request }).to_string().into()).unwrap();
     let global = js_sys::global();
     let fetch: Function = Reflect::get(&global, &"fetch".into()).unwrap().unchecked_into();
-    let url = format!("{SERVER_URL}/rest/v1/rpc/kizuna_admin");
+    let url = format!("{SERVER_URL}/rest/v1/rpc/{function}");
     let response: web_sys::Response = call(fetch.call2(&global, &url.into(), &init).unwrap().unchecked_into())
         .await
-        .expect("the admin call answers")
+        .expect("the call answers")
         .unchecked_into();
-    assert_eq!(response.status(), 200, "the operator's call {request} is accepted");
-    from_js(call(response.json().unwrap()).await.unwrap())
+    let text = call(response.text().unwrap()).await.unwrap().as_string().unwrap();
+    (response.status(), text)
+}
+
+/// Calls the operator's RPC (`kizuna_admin`) as service_role and returns its answer.
+pub async fn operator(request: Value) -> Value {
+    let token = token_with_role(&random_id(), "service_role");
+    let (status, text) = rpc_text("kizuna_admin", &token, &request).await;
+    assert_eq!(status, 200, "the operator's call {request} is accepted: {text}");
+    serde_json::from_str(&text).unwrap()
 }
 
 /// The operator reaps now with zero tombstone retention, so every checkpoint older than the newest

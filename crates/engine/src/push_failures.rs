@@ -5,7 +5,7 @@
 //! dead-letter budget. A permanent failure is charged only to a slice of exactly one delivery
 //! unit; a wider slice is narrowed (see `delivery.rs`) and resent at once.
 
-use kizuna_protocol::{ErrorClass, codes};
+use kizuna_protocol::ErrorClass;
 
 use crate::backoff;
 use crate::engine::Engine;
@@ -45,7 +45,7 @@ impl Engine {
             self.charge_unit(now, &in_flight.units[0], &error, &mut tx);
         } else {
             let width: usize = in_flight.units.iter().map(Vec::len).sum();
-            let narrowed = if failure.code == codes::BATCH_TOO_LARGE { (width / 2).max(1) } else { 1 };
+            let narrowed = if ErrorClass::is_size_refusal(&failure.code) { (width / 2).max(1) } else { 1 };
             self.meta.slice_limit = Some(narrowed as u32);
             for seq in in_flight.seqs() {
                 if let Some(e) = self.outbox.get_mut(&seq) {

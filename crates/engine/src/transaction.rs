@@ -87,6 +87,8 @@ pub enum Event {
         mutation: OutboxEntry,
         /// The server's reason.
         reason: Reason,
+        /// The server's words for it, when it gave any.
+        message: Option<String>,
         /// The row as the caller may see it, or `None`.
         server_row: Option<Row>,
     },

@@ -77,6 +77,7 @@ impl Engine {
                     tx.events.push(Event::Rejected {
                         mutation: entry,
                         reason: v.reason.expect("checked"),
+                        message: v.message.clone(),
                         server_row: v.server_row.clone(),
                     });
                 }

@@ -116,7 +116,7 @@ fn rejection_compensates_with_pending_writes_replayed() {
     assert_eq!(rec.base, Some(row(json!({"title": "srv", "done": false}))));
     assert_eq!(rec.visible, Some(row(json!({"title": "srv", "done": true}))));
     let events = h.events();
-    assert!(events.iter().any(|e| matches!(e, Event::Rejected { reason: Reason::ValidationFailed, server_row: Some(_), mutation } if mutation.seq == 1)));
+    assert!(events.iter().any(|e| matches!(e, Event::Rejected { reason: Reason::ValidationFailed, server_row: Some(_), mutation, .. } if mutation.seq == 1)));
     assert!(events.iter().any(|e| matches!(e, Event::Change { origin: ChangeOrigin::Compensation, .. })));
     assert_eq!(h.engine.status().rejected, 1);
 
@@ -286,10 +286,19 @@ fn kzp02_narrowing_halves_to_the_poisoned_write() {
     assert!(sends.iter().all(|&s| s <= 2 * 6 + 5 + 1));
 }
 
-/// Any other permanent code cuts the slice to its head write, which then walks the queue.
+/// A body over the gateway's limit (413 KZG01) halves the slice the same way: a smaller request
+/// is what the server asks for.
+#[test]
+fn kzg01_narrowing_halves_too() {
+    assert_eq!(narrowing_sends(37, codes::BODY_TOO_LARGE), 14);
+}
+
+/// Any other permanent code cuts the slice to its head write, which then walks the queue; a 4xx
+/// the client has no name for (PostgREST's 400 for a NUL in a string) is one of them.
 #[test]
 fn other_permanent_codes_cut_to_the_head_write() {
     assert_eq!(narrowing_sends(37, codes::ROW_TOO_LARGE), 43);
+    assert_eq!(narrowing_sends(37, "22P05"), 43);
 }
 
 /// Narrowing is persisted: a reload in the middle of the search continues at the narrowed width.

@@ -25,7 +25,7 @@ pub mod codes {
     pub const ROW_TOO_LARGE: &str = "KZP04";
     /// Missing, forged, expired token or unknown role (HTTP 401). Retryable: the session may refresh.
     pub const UNAUTHORIZED: &str = "KZA01";
-    /// Request body over the gateway's limit (HTTP 413). Permanent.
+    /// Request body over the gateway's limit (HTTP 413). Permanent; a non-atomic slice is halved.
     pub const BODY_TOO_LARGE: &str = "KZG01";
     /// Unparseable JSON or a body of the wrong shape, caught by the gateway (HTTP 400). Permanent.
     pub const BAD_JSON: &str = "KZG02";
@@ -46,9 +46,12 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
-    /// Classifies a failed request by HTTP status and error code. Only the codes listed as
-    /// permanent are; 5xx, 401, 408, 429, transport failures and anything unknown stay retryable,
-    /// because a write the server never refused must never be given up on.
+    /// Classifies a failed request by HTTP status and error code. The pack's and the gateway's
+    /// refusal codes are permanent, and so is any other 4xx: the server (or PostgREST in front of a
+    /// hosted pack) refused this request as it is, for example a value PostgreSQL cannot store
+    /// (`22P05`, NUL in a string). 401 (the session may refresh), 404/405 (a wrong `url`), 408,
+    /// 425, 429, 5xx, transport failures and anything else stay retryable, because a write the
+    /// server never refused must never be given up on.
     pub fn of(status: Option<u16>, code: Option<&str>) -> ErrorClass {
         use codes::*;
         match code {
@@ -61,9 +64,16 @@ impl ErrorClass {
             _ => {}
         }
         match status {
-            Some(413) => ErrorClass::Permanent,
+            Some(401 | 404 | 405 | 408 | 425 | 429) => ErrorClass::Retryable,
+            Some(400..=499) => ErrorClass::Permanent,
             _ => ErrorClass::Retryable,
         }
+    }
+
+    /// True when a permanent refusal says the request was too big, so that a non-atomic slice is
+    /// halved rather than cut to its head write.
+    pub fn is_size_refusal(code: &str) -> bool {
+        code == codes::BATCH_TOO_LARGE || code == codes::BODY_TOO_LARGE
     }
 
     pub fn is_retryable(self) -> bool {

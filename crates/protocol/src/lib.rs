@@ -105,6 +105,9 @@ pub struct Verdict {
     pub seq: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<Reason>,
+    /// For `REJECTED`: why, in words an app may show (no internals).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
     /// For `REJECTED`: the row as the caller's SELECT policy renders it; `None` is JSON `null`.
     #[serde(default)]
     pub server_row: Option<Row>,

@@ -55,6 +55,15 @@ fn classification_keeps_unknown_failures_retryable() {
     assert_eq!(ErrorClass::of(Some(413), None), ErrorClass::Permanent);
     assert_eq!(ErrorClass::of(Some(503), None), ErrorClass::Retryable);
     assert_eq!(ErrorClass::of(Some(401), Some(codes::UNAUTHORIZED)), ErrorClass::Retryable);
-    assert_eq!(ErrorClass::of(Some(400), Some("XX999")), ErrorClass::Retryable);
+    // Any other refusal of the request as it is (PostgREST's 400 for a value PostgreSQL cannot
+    // store, 403 for privileges) is permanent; the session, the url and the server's load are not.
+    assert_eq!(ErrorClass::of(Some(400), Some("22P05")), ErrorClass::Permanent);
+    assert_eq!(ErrorClass::of(Some(403), Some("42501")), ErrorClass::Permanent);
+    assert_eq!(ErrorClass::of(Some(409), Some("23505")), ErrorClass::Permanent);
+    assert_eq!(ErrorClass::of(Some(404), Some("KZG04")), ErrorClass::Retryable);
+    assert_eq!(ErrorClass::of(Some(429), Some("KZG05")), ErrorClass::Retryable);
+    assert_eq!(ErrorClass::of(Some(500), Some("XX000")), ErrorClass::Retryable);
+    assert!(ErrorClass::is_size_refusal(codes::BODY_TOO_LARGE) && ErrorClass::is_size_refusal(codes::BATCH_TOO_LARGE));
+    assert!(!ErrorClass::is_size_refusal(codes::MALFORMED));
     assert_eq!(ErrorClass::of(None, Some(codes::NETWORK)), ErrorClass::Retryable);
 }
