@@ -413,3 +413,45 @@ async fn random_hostile_bodies_get_verdicts_or_coded_4xx_never_5xx() {
     println!("hostile bodies: {answered} answered with verdicts, {refused} refused with a code");
     assert!(answered > 20 && refused > 20, "the generator must exercise both ({answered}/{refused})");
 }
+
+#[tokio::test]
+async fn no_caller_holds_the_pool_a_slow_request_times_out_and_a_greedy_caller_waits_its_turn() {
+    let db = TestDb::with_todos().await;
+    db.owned_table("slow_notes", "id text primary key, body text", "").await;
+    db.exec(
+        "create function public.slow_notes_sleep() returns trigger language plpgsql as $$
+         begin perform pg_sleep(new.body::numeric); return new; end $$;
+         create trigger slow before insert on public.slow_notes for each row execute function public.slow_notes_sleep();",
+    )
+    .await;
+    let server = TestServer::start(db.url(), &["--statement-timeout-ms", "2500", "--caller-concurrency", "1"]).await;
+    let token = server.token(A);
+    let sleepy = |seq: i64, seconds: &str| push_request(CLIENT_A, vec![mutation(seq, "slow_notes", &format!("s{seq}"), "upsert", json!({"body": seconds}))]);
+
+    // Past the statement timeout the request fails as a fault of the server (retried by clients),
+    // its effects rolled back, and the connection serves the next request.
+    let (status, body) = server.rpc("kizuna_push", Some(&token), &sleepy(1, "5")).await;
+    assert_eq!((status, body["code"].as_str()), (500, Some("57014")), "{body}");
+    assert_eq!(db.one::<i64>("select count(*) from public.slow_notes").await, 0);
+    let (status, body) = server.rpc("kizuna_push", Some(&token), &sleepy(2, "0")).await;
+    assert_eq!(status, 200, "{body}");
+
+    // One request in flight per caller here: a second one at the same time is told to wait (429,
+    // retryable), while another caller is served.
+    let first = sleepy(3, "1");
+    let (slow, second, other) = tokio::join!(
+        server.rpc("kizuna_push", Some(&token), &first),
+        async {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            server.rpc("kizuna_push", Some(&token), &sleepy(4, "0")).await
+        },
+        async {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            let b = push_request(CLIENT_B, vec![mutation(1, "slow_notes", "b1", "upsert", json!({"body": "0"}))]);
+            server.rpc("kizuna_push", Some(&server.token(B)), &b).await
+        },
+    );
+    assert_eq!(slow.0, 200, "{}", slow.1);
+    assert_eq!((second.0, second.1["code"].as_str()), (429, Some("KZG05")), "{}", second.1);
+    assert_eq!(other.0, 200, "another caller is not held back: {}", other.1);
+}
