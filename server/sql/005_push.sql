@@ -382,6 +382,7 @@ declare
   err_state text;
   err_message text;
   err_constraint text;
+  row_bucket text;
 begin
   select * into t from kizuna.synced_tables where name = m ->> 'table';
   if t.name is null then
@@ -510,8 +511,13 @@ begin
       perform kizuna.journal_add(t.name, key, j ->> 'col', j -> 'loser', j -> 'winner',
         (j ->> 'loser_seq')::bigint, (j ->> 'winner_seq')::bigint, j ->> 'loser_by', j ->> 'winner_by');
     end loop;
-    return jsonb_build_object('id', m -> 'id', 'status', 'APPLIED', 'replayed', false,
-                              '_fresh', true, '_seq', m -> 'client_seq');
+    -- The row's bucket after the write, so the client can place its own row before a pull does.
+    if op <> 'delete' then
+      execute format('select kizuna.%I(jsonb_populate_record(null::%s, $1))', 'bucket_' || t.rel::oid, t.rel)
+        into row_bucket using result;
+    end if;
+    return jsonb_strip_nulls(jsonb_build_object('id', m -> 'id', 'status', 'APPLIED', 'replayed', false,
+                              'bucket', row_bucket, '_fresh', true, '_seq', m -> 'client_seq'));
   exception
     when sqlstate 'KZV01' then return kizuna.rejected(m, 'VALIDATION_FAILED');
     when insufficient_privilege then return kizuna.rejected(m, 'RLS_DENIED');

@@ -14,11 +14,23 @@
 --   from, horizon, seq = decimal digits
 --   hex(x)     = lowercase hex of x's UTF-8 bytes (possibly empty)
 --
--- A run starts from null (from = 0) or from a checkpoint, fixes its horizon (the largest commit
--- number committed when it starts, kizuna.horizon(), which the fence keeps) and carries both
--- in every position cursor, so the horizon and the starting checkpoint stay fixed for all pages.
--- Entries `from < seq <= horizon` come in (seq, table, pk, bucket) order, bytewise. The page that
--- reaches the end has done: true and the checkpoint cursor "kz1.<epoch>.<horizon>".
+-- A run starts from null (from = 0) or from a checkpoint; every position cursor carries that start
+-- and the horizon of the page that issued it. Each page reads entries `position < (seq, table, pk,
+-- bucket) <= horizon`, bytewise, where horizon is the largest commit number visible to the page's
+-- own snapshot (kizuna.horizon(), which the fence keeps): the horizon advances from page to page.
+-- The page that reaches the end has done: true and the checkpoint cursor "kz1.<epoch>.<horizon>".
+--
+-- Snapshots. The change log keeps one entry per (table, key, bucket), so a commit during a run
+-- moves a key's entry up to the commit's number. With a horizon fixed at the run's start, an entry
+-- not yet paged that moved above it would drop out of the run, and the checkpoint would show the
+-- rows written after it without it. With the advancing horizon, a moved entry's new number is
+-- above every horizon served so far, so it is still ahead of the position and is delivered in its
+-- new state; every key's last delivery is its state at the closing page's horizon, and the
+-- committed checkpoint equals the server's state at that horizon. This needs each page to read
+-- one snapshot (its horizon and its rows alike): the gateway runs pulls at REPEATABLE READ, and the
+-- function asks PostgREST for it (default_transaction_isolation, 007). The cost: a run ends when
+-- it catches up with the writes landing in its buckets, so under writes faster than the pull
+-- itself it goes on (each page still commits nothing on the client until the closing one).
 --
 -- Lifecycle signals (answered with no entries, done: true, cursor "kz1.<epoch>.0"):
 --   CHECKPOINT_EXPIRED  from > 0 and from < kizuna.state.low_watermark (a tombstone after `from` was
@@ -304,6 +316,11 @@ begin
     if run_from > st.horizon or horizon > st.horizon then
       return kizuna.lifecycle_page('SERVER_RESET');  -- a history this database does not have
     end if;
+    -- The horizon advances with the run: this page reads up to the horizon of its own snapshot.
+    -- An entry not yet paged that a commit moved up since the last page is then still ahead of
+    -- the position (its new seq is above every horizon served so far), so it is delivered, in its
+    -- new state; the closing page's horizon is the checkpoint's (see the note at the top).
+    horizon := st.horizon;
     if run_from > 0 and run_from < st.low_watermark then
       return kizuna.lifecycle_page('CHECKPOINT_EXPIRED');
     end if;

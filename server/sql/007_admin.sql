@@ -117,5 +117,8 @@ revoke execute on function
   kizuna.fence(),
   kizuna.fence_now()
 from anon, authenticated, service_role;
+-- A pull page must read one snapshot (006): PostgREST (12 and later) starts an RPC's transaction at
+-- the isolation level its function names here; the bundled gateway sets it itself.
+alter function public.kizuna_pull(jsonb) set default_transaction_isolation = 'repeatable read';
 revoke all on function public.kizuna_push(jsonb), public.kizuna_pull(jsonb) from public;
 grant execute on function public.kizuna_push(jsonb), public.kizuna_pull(jsonb) to anon, authenticated, service_role;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use serde_json::Value;
-use tokio_postgres::NoTls;
+use tokio_postgres::{IsolationLevel, NoTls};
 
 use crate::errors::{is_retryable_sqlstate, ApiError};
 use crate::jwt::{Claims, Role};
@@ -151,7 +151,11 @@ async fn call_once(
         .get()
         .await
         .map_err(|e| Failure::Pool(format!("no database connection available: {e}")))?;
-    let tx = client.transaction().await?;
+    // A pull page reads one snapshot: its horizon and the rows it renders agree (006_pull.sql).
+    let tx = match rpc {
+        Rpc::Pull => client.build_transaction().isolation_level(IsolationLevel::RepeatableRead).start().await?,
+        _ => client.transaction().await?,
+    };
     // set_config('role', ..., true) is SET LOCAL ROLE in a form that takes parameters; the role
     // name comes from the gateway's allowlist, never from the token's text.
     // The statement timeout bounds what one request can make the database do (and how long it

@@ -8,7 +8,7 @@
 //! ```text
 //! if plan.rehydrate() { apply ClearRows }
 //! for page_no in 0..plan.staged_pages() {          // read back from `staging`
-//!     for entry in page.entries { apply plan.materialize(&entry) }
+//!     for entry in page.entries { if let Some(op) = plan.materialize(&entry) { apply op } }
 //! }
 //! apply plan.finish(&mut engine, now)              // same IndexedDB transaction
 //! ```
@@ -38,6 +38,11 @@ pub struct CommitPlan {
     tracked_records: BTreeMap<RowKey, RowRecord>,
     /// Every key the run delivered.
     changed: BTreeSet<RowKey>,
+    /// The sequence number of the entries being materialized, and the keys delivered live at it.
+    /// A row that moves between two requested buckets comes as a live entry in the new bucket
+    /// and a tombstone in the old one, at the same seq, in bucket-name order: the tombstone only
+    /// says the row left the old bucket, so after the live entry it must not delete the row.
+    live_at: (i64, BTreeSet<RowKey>),
 }
 
 impl CommitPlan {
@@ -48,13 +53,22 @@ impl CommitPlan {
         }
         let tracked =
             pending.keys().cloned().chain(engine.dead.iter().map(|d| d.entry.key())).collect::<BTreeSet<_>>();
-        CommitPlan { run, final_page, pending, tracked, tracked_records: BTreeMap::new(), changed: BTreeSet::new() }
+        CommitPlan {
+            run,
+            final_page,
+            pending,
+            tracked,
+            tracked_records: BTreeMap::new(),
+            changed: BTreeSet::new(),
+            live_at: (i64::MIN, BTreeSet::new()),
+        }
     }
 
-    /// True when this run replaces the local snapshot: apply `ClearRows` before anything else
-    /// (the outbox is kept; `finish` re-materializes the keys only it still holds).
+    /// True when this run replaces the local snapshot (after a lifecycle signal, or because the
+    /// bucket set changed): apply `ClearRows` before anything else (the outbox is kept; `finish`
+    /// re-materializes the keys only it still holds).
     pub fn rehydrate(&self) -> bool {
-        self.run.rehydrate.is_some()
+        self.run.rehydrate.is_some() || self.run.buckets_changed
     }
 
     /// The lifecycle signal behind a rehydrate, if any.
@@ -73,11 +87,22 @@ impl CommitPlan {
         self.final_page.horizon
     }
 
-    /// The store op for one delivered entry: `PutRow` with the server row as base and the
-    /// pending writes for its key replayed on top; for a tombstone `DeleteRow`, or `PutRow`
-    /// with no base when pending writes still give the row a visible value.
-    pub fn materialize(&mut self, entry: &Entry) -> StoreOp {
+    /// The store op for one delivered entry, in delivery order: `PutRow` with the server row as
+    /// base and the pending writes for its key replayed on top; for a tombstone `DeleteRow`, or
+    /// `PutRow` with no base when pending writes still give the row a visible value; `None` for a
+    /// tombstone of a row this run delivered live at the same seq (it moved to another requested
+    /// bucket).
+    pub fn materialize(&mut self, entry: &Entry) -> Option<StoreOp> {
         let key = RowKey::new(entry.table.clone(), entry.pk.clone());
+        if self.live_at.0 != entry.seq {
+            self.live_at = (entry.seq, BTreeSet::new());
+        }
+        if entry.deleted && self.live_at.1.contains(&key) {
+            return None;
+        }
+        if !entry.deleted {
+            self.live_at.1.insert(key.clone());
+        }
         let base = if entry.deleted { None } else { entry.row.clone() };
         let visible = replay(base.as_ref(), self.pending.get(&key).into_iter().flatten());
         let record = RowRecord { table: key.table.clone(), pk: key.pk.clone(), bucket: Some(entry.bucket.clone()), base, visible };
@@ -85,7 +110,7 @@ impl CommitPlan {
             self.tracked_records.insert(key.clone(), record.clone());
         }
         self.changed.insert(key);
-        row_op(record)
+        Some(row_op(record))
     }
 
     /// Completes the commit: the closing page's rows; on a rehydrate the keys only the outbox
@@ -97,7 +122,7 @@ impl CommitPlan {
         let mut tx = Transaction::default();
         let final_entries = std::mem::take(&mut self.final_page.entries);
         for entry in &final_entries {
-            tx.ops.push(self.materialize(entry));
+            tx.ops.extend(self.materialize(entry));
         }
 
         if self.rehydrate() {
@@ -128,7 +153,9 @@ impl CommitPlan {
 
         let horizon = self.final_page.horizon;
         let cursor = self.final_page.cursor.clone();
-        engine.meta.checkpoint = Checkpoint { cursor: Some(cursor.clone()), horizon, committed_at: Some(now) };
+        let rehydrated = self.rehydrate();
+        engine.meta.checkpoint =
+            Checkpoint { cursor: Some(cursor.clone()), horizon, committed_at: Some(now), buckets: Some(engine.bucket_set()) };
         tx.ops.push(engine.put_meta());
         tx.ops.push(StoreOp::ClearStaging);
         engine.end_run_committed(now);
@@ -141,7 +168,7 @@ impl CommitPlan {
             tx.events.push(Event::Conflicts(self.run.conflicts));
         }
         tx.events.push(Event::Checkpoint { cursor, horizon });
-        if self.run.rehydrate.is_some() {
+        if rehydrated {
             tx.events.push(Event::Rehydrated { horizon });
         }
         tx

@@ -84,11 +84,13 @@ impl Engine {
         Some((request, tx))
     }
 
-    /// The app asked to sync now: writes waiting out a failure backoff are due again at once.
-    /// Delay windows still hold, and the dead-letter budget counts as before.
+    /// The app asked to sync now: writes waiting out the backoff of a retryable failure (the
+    /// network, a 5xx) are due again at once. Delay windows still hold, and so does the backoff of
+    /// a write the server refused: its dead-letter budget is charged at the timers' pace (about
+    /// 1 + 2 + 4 + 8 s by default) however often the app calls `sync()`.
     pub fn request_push(&mut self) {
         for entry in self.outbox.values_mut() {
-            if entry.apply_after.is_none() {
+            if entry.apply_after.is_none() && entry.permanent_failures == 0 {
                 entry.retry_at = None;
             }
         }

@@ -71,6 +71,9 @@ pub(crate) struct PullState {
 pub(crate) struct PullRun {
     /// The lifecycle signal that made this a rehydrating run from `null`.
     pub rehydrate: Option<Lifecycle>,
+    /// The configured bucket set differs from the checkpoint's: this run from `null` replaces
+    /// the local snapshot with the new set's (added buckets backfilled, removed ones gone).
+    pub buckets_changed: bool,
     /// Whether this run started from `null`.
     pub from_null: bool,
     pub pages: u32,
@@ -109,9 +112,13 @@ impl Engine {
         }
         self.pull.requested = false;
         self.pull.forced = false;
-        let cursor = self.meta.checkpoint.cursor.clone();
+        let held = self.meta.checkpoint.buckets.as_ref();
+        let buckets_changed =
+            self.meta.checkpoint.cursor.is_some() && held.is_some_and(|held| *held != self.bucket_set());
+        let cursor = if buckets_changed { None } else { self.meta.checkpoint.cursor.clone() };
         self.pull.run = Some(PullRun {
             rehydrate: None,
+            buckets_changed,
             from_null: cursor.is_none(),
             pages: 0,
             entries: 0,
@@ -146,6 +153,7 @@ impl Engine {
             }
             *run = PullRun {
                 rehydrate: Some(signal),
+                buckets_changed: run.buckets_changed,
                 from_null: true,
                 pages: 0,
                 entries: 0,
@@ -214,6 +222,14 @@ impl Engine {
             ops: vec![StoreOp::ClearStaging],
             events: vec![Event::PullFailed { code: code.into(), message: message.into(), retryable }],
         }
+    }
+
+    /// The configured buckets as a checkpoint records them: sorted, without repeats.
+    pub(crate) fn bucket_set(&self) -> Vec<String> {
+        let mut set = self.config.buckets.clone();
+        set.sort();
+        set.dedup();
+        set
     }
 
     pub(crate) fn pull_request(&self, cursor: Option<String>) -> PullRequest {

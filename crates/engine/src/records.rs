@@ -133,6 +133,11 @@ pub struct Checkpoint {
     pub horizon: i64,
     /// When the checkpoint was committed.
     pub committed_at: Option<Millis>,
+    /// The bucket set the checkpoint holds (sorted, no repeats): part of the checkpoint, since a
+    /// cursor says how far a run got only for the buckets it asked for. `None` in checkpoints
+    /// written before this field existed; those are taken to hold the configured set.
+    #[serde(default)]
+    pub buckets: Option<Vec<String>>,
 }
 
 /// Durable verdict counters, named after the seed's status counters.

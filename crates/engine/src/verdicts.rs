@@ -52,6 +52,11 @@ impl Engine {
                         Some(seq) if seq > self.meta.checkpoint.horizon => {
                             let mut record = self.mirrored(&key);
                             record.base = apply_op(record.base.take(), entry.op, entry.columns.as_ref());
+                            // Placed in its bucket now, so bucket queries keep finding the app's
+                            // own row between this verdict and the pull that brings it.
+                            if v.bucket.is_some() || record.base.is_none() {
+                                record.bucket = v.bucket.clone();
+                            }
                             self.rows.insert(key.clone(), record);
                         }
                         _ => self.pull.requested = true,

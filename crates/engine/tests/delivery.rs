@@ -423,6 +423,7 @@ fn the_failure_streak_counts_push_failures_across_successful_pulls() {
     h.server.poison.insert("bad".into(), (400, codes::MALFORMED.into()));
     h.write("todos", "bad", Op::Upsert, Some(json!({})));
     for n in 1..=3 {
+        h.now += 60_000; // past the refusal's backoff, which sync() does not skip
         h.engine.request_push();
         assert!(h.push_step());
         h.engine.request_pull();
@@ -450,4 +451,25 @@ fn after_a_store_failure_requests_wait_out_a_growing_backoff() {
     h.now = h.engine.next_wake(h.now).unwrap();
     h.drain(120_000);
     assert_eq!(h.engine.health(h.now).failure_streak, 0);
+}
+
+/// sync() retries a write in a retryable backoff at once, but a write the server refused waits out
+/// its backoff whoever asks: five quick sync() calls do not spend its budget (issue 8.5).
+#[test]
+fn quick_syncs_never_spend_a_refused_writes_budget() {
+    let mut h = Harness::new(Config::default());
+    assert!(h.pull_step());
+    h.server.poison.insert("bad".into(), (400, codes::MALFORMED.into()));
+    h.write("todos", "bad", Op::Upsert, Some(json!({})));
+    assert!(h.push_step(), "the first attempt");
+    for _ in 0..5 {
+        h.now += 10;
+        h.engine.request_push();
+        assert!(!h.push_step(), "held by the refusal's backoff");
+    }
+    assert!(h.engine.dead_letters().is_empty());
+    assert_eq!(h.engine.outbox().next().unwrap().permanent_failures, 1);
+    // The timers' pace still dead-letters it after five refusals.
+    h.drain(3_600_000);
+    assert_eq!(h.engine.dead_letters().len(), 1);
 }

@@ -105,6 +105,10 @@ pub struct Verdict {
     pub seq: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<Reason>,
+    /// For `APPLIED`: the bucket the row is in after the write (absent for a delete, or a row in
+    /// no bucket), so a client can place its own new row before a pull does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<String>,
     /// For `REJECTED`: why, in words an app may show (no internals).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

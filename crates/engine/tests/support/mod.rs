@@ -115,8 +115,9 @@ impl Harness {
         for page_no in 0..plan.staged_pages() {
             let page = self.store.staging[&page_no].clone();
             for entry in &page.entries {
-                let op = plan.materialize(entry);
-                self.store.apply_op(op);
+                if let Some(op) = plan.materialize(entry) {
+                    self.store.apply_op(op);
+                }
             }
         }
         let tx = plan.finish(&mut self.engine, self.now);
