@@ -553,10 +553,14 @@ begin
 end
 $$;
 
--- The verdict of a mutation that reached the apply step, server_row rendered.
+-- The verdict of a mutation that reached the apply step, server_row rendered, with the bucket that
+-- row is in: a client keeps the row only when it pulls that bucket (no pull of its would ever
+-- bring or remove a row of another).
 create or replace function kizuna.with_server_row(v jsonb, m jsonb) returns jsonb language plpgsql as $$
 declare
   t kizuna.synced_tables;
+  r jsonb;
+  b text;
 begin
   if v ->> 'status' <> 'REJECTED' then
     return v;
@@ -565,7 +569,14 @@ begin
   if t.name is null then
     return v;
   end if;
-  return jsonb_set(v, '{server_row}', coalesce(kizuna.render_row(t.rel, t.pk_column, m ->> 'pk'), 'null'));
+  r := kizuna.render_row(t.rel, t.pk_column, m ->> 'pk');
+  if r is not null then
+    execute format('select kizuna.%I(jsonb_populate_record(null::%s, $1))', 'bucket_' || t.rel::oid, t.rel) into b using r;
+    if b is not null then
+      v := v || jsonb_build_object('bucket', b);
+    end if;
+  end if;
+  return jsonb_set(v, '{server_row}', coalesce(r, 'null'));
 end
 $$;
 

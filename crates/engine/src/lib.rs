@@ -27,7 +27,8 @@
 //! `inputs.rs`, `status.rs`, `engine.rs` (state, shared bookkeeping), `outbox.rs` (local
 //! writes, coalescing), `delivery.rs` (issue order, slices), `verdicts.rs`,
 //! `push_failures.rs` (retry, budget, narrowing), `dead_letters.rs`, `pull.rs`, `commit.rs`,
-//! `rebase.rs`, `schedule.rs`, `backoff.rs`, `hlc.rs`, `prng.rs`, `wire_time.rs`.
+//! `rebase.rs`, `schedule.rs`, `backoff.rs`, `hlc.rs`, `prng.rs`, `wire_time.rs`; `memory.rs`, an
+//! in-memory store for native adapters and tests.
 
 #![warn(missing_docs)]
 
@@ -40,6 +41,7 @@ mod push_failures;
 mod engine;
 mod hlc;
 mod inputs;
+pub mod memory;
 mod outbox;
 mod prng;
 mod pull;

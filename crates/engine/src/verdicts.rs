@@ -51,7 +51,11 @@ impl Engine {
                     match v.seq.filter(|_| v.status == VerdictStatus::Applied) {
                         Some(seq) if seq > self.meta.checkpoint.horizon => {
                             let mut record = self.mirrored(&key);
-                            record.base = apply_op(record.base.take(), entry.op, entry.columns.as_ref());
+                            // The server names the row's bucket. A row in a bucket this device does
+                            // not pull is not part of its data: no pull will ever bring or remove
+                            // it, so it is not kept once no write of ours is pending.
+                            let outside = v.bucket.as_ref().is_some_and(|b| !self.config.buckets.contains(b));
+                            record.base = if outside { None } else { apply_op(record.base.take(), entry.op, entry.columns.as_ref()) };
                             // Placed in its bucket now, so bucket queries keep finding the app's
                             // own row between this verdict and the pull that brings it.
                             if v.bucket.is_some() || record.base.is_none() {
@@ -74,8 +78,14 @@ impl Engine {
                     if v.replayed {
                         self.pull.requested = true;
                     } else {
+                        // The server's row, unless it lies in a bucket this device does not pull:
+                        // then it is not part of this device's data (no pull would remove it).
+                        let outside = v.bucket.as_ref().is_some_and(|b| !self.config.buckets.contains(b));
                         let mut record = self.mirrored(&key);
-                        record.base = v.server_row.clone();
+                        record.base = if outside { None } else { v.server_row.clone() };
+                        if v.bucket.is_some() {
+                            record.bucket = v.bucket.clone();
+                        }
                         self.rows.insert(key.clone(), record);
                     }
                     compensated.push(key);

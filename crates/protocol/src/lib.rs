@@ -105,8 +105,9 @@ pub struct Verdict {
     pub seq: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<Reason>,
-    /// For `APPLIED`: the bucket the row is in after the write (absent for a delete, or a row in
-    /// no bucket), so a client can place its own new row before a pull does.
+    /// The bucket the row is in: for `APPLIED`, after the write (absent for a delete, or a row in
+    /// no bucket), so a client can place its own new row before a pull does; for `REJECTED`, the
+    /// bucket of `server_row`, so a client keeps that row only when it pulls that bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bucket: Option<String>,
     /// For `REJECTED`: why, in words an app may show (no internals).

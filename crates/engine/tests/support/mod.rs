@@ -3,14 +3,13 @@
 #![allow(dead_code)]
 
 pub mod server;
-pub mod store;
 
 use std::collections::BTreeMap;
 
 use kizuna_engine::protocol::{Op, Row};
 use kizuna_engine::{Config, Engine, EngineError, Event, LocalWrite, PullStep, RowKey, RowRecord};
 pub use server::SimServer;
-pub use store::SimStore;
+pub use kizuna_engine::memory::MemoryStore as SimStore;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -51,18 +50,8 @@ impl Harness {
         self.engine = Engine::new(self.config.clone(), self.store.load(), self.seed);
     }
 
-    fn current(&self, writes: &[LocalWrite]) -> BTreeMap<RowKey, RowRecord> {
-        writes
-            .iter()
-            .filter_map(|w| {
-                let k = RowKey::new(w.table.clone(), w.pk.clone());
-                self.store.rows.get(&k).map(|r| (k, r.clone()))
-            })
-            .collect()
-    }
-
     pub fn write_all(&mut self, writes: Vec<LocalWrite>) -> Result<(), EngineError> {
-        let current = self.current(&writes);
+        let current = self.store.current(&writes);
         let tx = self.engine.write(self.now, writes, &current)?;
         self.store.apply(tx);
         Ok(())
@@ -106,22 +95,9 @@ impl Harness {
         }
     }
 
-    /// Executes a commit plan as one IndexedDB transaction would: staged pages read back one
-    /// at a time.
-    pub fn commit(&mut self, mut plan: kizuna_engine::CommitPlan) {
-        if plan.rehydrate() {
-            self.store.apply_op(kizuna_engine::StoreOp::ClearRows);
-        }
-        for page_no in 0..plan.staged_pages() {
-            let page = self.store.staging[&page_no].clone();
-            for entry in &page.entries {
-                if let Some(op) = plan.materialize(entry) {
-                    self.store.apply_op(op);
-                }
-            }
-        }
-        let tx = plan.finish(&mut self.engine, self.now);
-        self.store.apply(tx);
+    /// Executes a commit plan as the adapter does.
+    pub fn commit(&mut self, plan: kizuna_engine::CommitPlan) {
+        self.store.commit(plan, &mut self.engine, self.now);
     }
 
     /// Drives pushes and pulls on synthetic time until `done` holds or time runs out.
