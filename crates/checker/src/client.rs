@@ -59,6 +59,9 @@ pub struct Client {
     pub snapshots: Vec<Snapshot>,
     /// Violations seen while running (read-your-writes at write and commit time, regressions).
     pub violations: Vec<String>,
+    /// What happened, line by line with the time in microseconds: writes, mutations sent and
+    /// their verdicts, entries pulled, commits, reloads. Printed for the keys of a violation.
+    pub trace: Vec<(i64, String)>,
     pub ops: u64,
 }
 
@@ -90,12 +93,19 @@ impl Client {
             clock: 0,
             snapshots: Vec::new(),
             violations: Vec::new(),
+            trace: Vec::new(),
             ops: 0,
         }
     }
 
+    pub fn note(&mut self, line: String) {
+        let micros = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+        self.trace.push((micros, format!("{} {line}", self.name)));
+    }
+
     /// A reload: a new engine from what the store holds (with `buckets`, when the app changed them).
     pub fn reload(&mut self, buckets: Option<Vec<String>>) {
+        self.note(format!("reload, buckets {:?}", buckets.as_ref().unwrap_or(&self.config.buckets)));
         if let Some(buckets) = buckets {
             self.config.buckets = buckets;
         }
@@ -167,6 +177,14 @@ impl Client {
     /// Local writes as one call (several: one atomic batch); checks read-your-writes at once.
     pub fn write(&mut self, writes: Vec<LocalWrite>) {
         self.ops += writes.len() as u64;
+        for w in &writes {
+            let columns = w.columns.as_ref().map(|c| {
+                let mut c = c.clone();
+                c.values_mut().filter(|v| v.as_str().is_some_and(|s| s.len() > 64)).for_each(|v| *v = Value::from("<long>"));
+                c
+            });
+            self.note(format!("write {} {:?} {columns:?} apply_after {:?} latest_only {:?}", w.pk, w.op, w.apply_after, w.latest_only));
+        }
         let mut expected: BTreeMap<String, Option<Row>> = BTreeMap::new();
         for w in &writes {
             let before = expected.get(&w.pk).cloned().unwrap_or_else(|| self.visible(&w.pk));
@@ -193,11 +211,14 @@ impl Client {
         let Some((request, tx)) = self.engine.poll_push(now_ms()) else { return false };
         self.apply(tx);
         let result = self.transport.rpc::<_, PushResponse>("kizuna_push", &request).await;
-        if let Ok(pk) = std::env::var("KIZUNA_HISTORY_TRACE") {
-            for m in request.mutations.iter().filter(|m| m.pk.ends_with(&pk)) {
-                let verdict = result.as_ref().ok().and_then(|r| r.verdicts.iter().find(|v| v.id == m.id));
-                eprintln!("trace {}: sent {} {:?} -> {:?}", self.name, m.client_seq, m.op, verdict.map(|v| (v.status, v.reason, v.seq, v.replayed, v.message.clone())).ok_or(result.as_ref().err()));
-            }
+        for m in &request.mutations {
+            let verdict = result.as_ref().ok().and_then(|r| r.verdicts.iter().find(|v| v.id == m.id));
+            let answer = match (verdict, &result) {
+                (Some(v), _) => format!("{:?} {:?} seq {:?} bucket {:?} replayed {}", v.status, v.reason, v.seq, v.bucket, v.replayed),
+                (None, Err(f)) => format!("failed {}", f.describe()),
+                (None, Ok(_)) => "no verdict".into(),
+            };
+            self.note(format!("sent {} (client_seq {}, batch {:?}) -> {answer}", m.pk, m.client_seq, m.batch.is_some()));
         }
         let tx = match result {
             Ok(response) => self.engine.on_push_response(now_ms(), response),
@@ -229,6 +250,12 @@ impl Client {
                     return true;
                 }
             };
+            for e in &page.entries {
+                self.note(format!("pulled {} seq {} bucket {} {}", e.pk, e.seq, e.bucket, if e.deleted { "deleted" } else { "live" }));
+            }
+            if page.done || page.lifecycle.is_some() {
+                self.note(format!("page done {} horizon {} lifecycle {:?}", page.done, page.horizon, page.lifecycle));
+            }
             match self.engine.on_pull_page(now_ms(), page) {
                 PullStep::Stage { tx, next } | PullStep::Restart { tx, next } => {
                     self.apply(tx);

@@ -23,6 +23,9 @@ pub struct Report {
     pub operations: u64,
     pub faults: u64,
     pub violations: Vec<String>,
+    /// The history cut down to the keys the violations name: every write, verdict, pulled entry
+    /// and plain-SQL write of those keys, and every reload, in time order.
+    pub trace: Vec<String>,
 }
 
 /// Rows over `max_row_bytes` (64 KiB): a whole-request refusal (KZP04) that dead-letters.
@@ -264,15 +267,10 @@ pub async fn run(seed: u64, gateway: &mut Gateway, pg: &Pg, database_url: &str) 
             }
         }
     }
-    if let Ok(pk) = std::env::var("KIZUNA_HISTORY_TRACE") {
-        // Everything the history knows of one key, for reading a violation.
-        for client in &clients {
-            for (id, entry) in client.writes.iter().filter(|(_, e)| e.pk.ends_with(&pk)) {
-                eprintln!("trace {}: seq {} {:?} {:?} read_seq {} -> {:?}", client.name, entry.seq, entry.op, entry.columns, entry.read_seq, client.outcomes.get(id));
-            }
-        }
-    }
     check(&clients, &model, pg, &tag, &mut report).await?;
+    if !report.violations.is_empty() {
+        report.trace = shrunk(&clients, &sql_log.lock().unwrap(), &report.violations, &tag);
+    }
     Ok(report)
 }
 
@@ -392,4 +390,28 @@ fn difference(got: &BTreeMap<String, Value>, want: &BTreeMap<String, Value>) -> 
         out.push(format!("extra {k}={}", got[k]));
     }
     out.join("; ")
+}
+
+/// The part of the history that concerns the keys a violation names.
+fn shrunk(clients: &[Client], sql: &[Effect], violations: &[String], tag: &str) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::new();
+    for v in violations {
+        for word in v.split(|c: char| !(c.is_alphanumeric() || c == '-')) {
+            if word.starts_with(tag) && word.contains("-k") && !keys.iter().any(|k| k == word) {
+                keys.push(word.to_owned());
+            }
+        }
+    }
+    let mut lines: Vec<(i64, String)> = clients
+        .iter()
+        .flat_map(|c| c.trace.iter())
+        .filter(|(_, line)| line.contains("reload") || keys.iter().any(|k| line.split_whitespace().any(|w| w == k)))
+        .cloned()
+        .collect();
+    lines.sort();
+    let mut out: Vec<String> = lines.into_iter().map(|(t, line)| format!("{t} {line}")).collect();
+    for e in sql.iter().filter(|e| keys.contains(&e.pk)) {
+        out.push(format!("sql write {} {:?} at seq {}", e.pk, e.columns, e.seq));
+    }
+    out
 }

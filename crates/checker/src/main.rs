@@ -76,6 +76,10 @@ async fn run() -> Result<bool, String> {
             for v in &report.violations {
                 eprintln!("  {v}");
             }
+            eprintln!("  the history of the keys involved:");
+            for line in &report.trace {
+                eprintln!("    {line}");
+            }
         }
     }
     gateway.kill().await;

@@ -64,11 +64,14 @@ impl CommitPlan {
         }
     }
 
-    /// True when this run replaces the local snapshot (after a lifecycle signal, or because the
-    /// bucket set changed): apply `ClearRows` before anything else (the outbox is kept; `finish`
-    /// re-materializes the keys only it still holds).
+    /// True when this run replaces the local snapshot: every run from `null` does (the first
+    /// one, a rehydrate after a lifecycle signal, a new bucket set), since it delivers no
+    /// tombstones, so a row it does not deliver is not in the snapshot. Apply `ClearRows` before
+    /// anything else (the outbox is kept; `finish` re-materializes the keys only it still holds).
+    /// Without it, a row the device wrote, saw acknowledged and then saw leave its buckets (moved
+    /// or deleted elsewhere) before its first pull would stay on the device for ever.
     pub fn rehydrate(&self) -> bool {
-        self.run.rehydrate.is_some() || self.run.buckets_changed
+        self.run.from_null
     }
 
     /// The lifecycle signal behind a rehydrate, if any.
@@ -153,7 +156,7 @@ impl CommitPlan {
 
         let horizon = self.final_page.horizon;
         let cursor = self.final_page.cursor.clone();
-        let rehydrated = self.rehydrate();
+        let rehydrated = self.run.rehydrate.is_some() || self.run.buckets_changed;
         engine.meta.checkpoint =
             Checkpoint { cursor: Some(cursor.clone()), horizon, committed_at: Some(now), buckets: Some(engine.bucket_set()) };
         tx.ops.push(engine.put_meta());
