@@ -1,5 +1,5 @@
 # The two commands a fresh machine needs; each installs what is missing itself.
-.PHONY: test demo bench
+.PHONY: test demo bench soak
 
 test:
 	bash scripts/test.sh
@@ -9,3 +9,6 @@ demo:
 
 bench:
 	bash scripts/bench.sh
+
+soak:
+	bash scripts/soak.sh

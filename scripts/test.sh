@@ -21,6 +21,13 @@ runner() {
 
 runner "native and server tests" cargo test --no-fail-fast -p kizuna-protocol -p kizuna-engine -p kizuna-server
 
+# The consistency model against the real gateway and PostgreSQL: seeded histories with faults
+# (`make soak` runs many more).
+cargo build -q -p kizuna-checker
+history_db=$(fresh_database kizuna_history)
+runner "history checker (native clients, real gateway, real PostgreSQL, injected faults)" \
+  target/debug/kizuna-history --database-url "$history_db" --gateway target/debug/kizuna-server --seeds 1-16
+
 secret="kizuna-browser-test-secret"
 browser_db=$(fresh_database kizuna_browser)
 DATABASE_URL="$browser_db" start_gateway --jwt-secret "$secret" --reap-interval 0 \
@@ -40,8 +47,10 @@ KIZUNA_DEMO_URL="$gateway_url" runner "demo page (the npm package in a page, hea
 
 # One closing line over every runner: Rust's harnesses and node's.
 count() { grep -hoE "$1" "$log" | grep -oE '[0-9]+' | awk '{s += $1} END {print s + 0}'; }
-passed=$(( $(count 'test result: [a-zA-Z]+\. [0-9]+ passed') + $(count '^# pass [0-9]+') ))
-failed=$(( $(count '[0-9]+ failed;') + $(count '^# fail [0-9]+') ))
+# The history checker: a history passes when it shows no violation.
+histories=$(count '^histories: [0-9]+'); violating=$(grep -c '^violations in seed' "$log" || true)
+passed=$(( $(count 'test result: [a-zA-Z]+\. [0-9]+ passed') + $(count '^# pass [0-9]+') + histories - violating ))
+failed=$(( $(count '[0-9]+ failed;') + $(count '^# fail [0-9]+') + violating ))
 echo
 echo "make test: $passed passed, $failed failed"
 if [ ${#failed_runners[@]} -gt 0 ]; then

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# `make soak [SEEDS=N]`: the history checker over seeds 1..N (default 1000) against a real gateway
+# and a throwaway PostgreSQL; prints `histories: H, operations: O, faults: F, violations: V`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup-tools.sh
+source scripts/lib.sh
+cargo build -q -p kizuna-server -p kizuna-checker
+ensure_database soak
+db=$(fresh_database kizuna_soak)
+target/debug/kizuna-history --database-url "$db" --gateway target/debug/kizuna-server --seeds "1-${SEEDS:-1000}"
