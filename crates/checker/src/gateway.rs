@@ -51,6 +51,18 @@ impl Gateway {
         }
     }
 
+    /// SIGKILL after `ms`, whatever the gateway is doing then: in the middle of the next push or
+    /// pull, usually. `is_up` stays true until `restart` or `kill` is called; the requests meanwhile
+    /// fail as they would against a crashed server.
+    pub fn kill_after(&mut self, ms: u64) {
+        if let Some(pid) = self.child.as_ref().and_then(Child::id) {
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).stderr(Stdio::null()).status().await;
+            });
+        }
+    }
+
     /// (Re)starts the process on the same port and waits for `/healthz`.
     pub async fn restart(&mut self) -> Result<(), String> {
         self.kill().await;

@@ -202,6 +202,19 @@ pub async fn run(seed: u64, gateway: &mut Gateway, pg: &Pg, database_url: &str) 
                     gateway.restart().await?;
                 }
             }
+            79 => {
+                // A crash in the middle of whatever comes next, then a restart a little later.
+                if gateway.is_up() {
+                    gateway.kill_after(rng.below(15));
+                    for _ in 0..2 {
+                        let c = rng.below(clients.len() as u64) as usize;
+                        clients[c].write(vec![lw(&format!("{tag}-k{step}"), Op::Upsert, Some(json!({"list": lists[plans[c].1[0]], "title": "crash"})))]);
+                        keys.push((plans[c].0, format!("{tag}-k{step}")));
+                        clients[c].step().await;
+                    }
+                    gateway.restart().await?;
+                }
+            }
             78 => {
                 if gateway.is_up() {
                     let _ = gateway.reap_tombstones().await;
