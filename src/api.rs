@@ -111,7 +111,7 @@ export interface Conflict {
 /** The payload of each event. */
 export interface KizunaEvents {
   change: { origin: "local" | "remote" | "compensation"; keys: { table: string; pk: string }[] };
-  applied: { id: string; seq: number | null };
+  applied: { id: string; table: string; pk: string; seq: number | null };
   rejected: { reason: "DELETE_WINS" | "RLS_DENIED" | "VALIDATION_FAILED" | "CONSTRAINT_VIOLATION" | "SCHEMA_MISMATCH" | "BATCH_ABORTED"; message: string | null; mutation: PendingWrite; serverRow: Row | null };
   deadLetter: { entry: PendingWrite; error: string };
   pushFailed: { code: string; message: string; retryable: boolean };

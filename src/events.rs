@@ -103,7 +103,7 @@ fn describe(event: &Event) -> (&'static str, Value) {
             "change",
             json!({ "origin": origin(o), "keys": keys.iter().map(|k| json!({"table": k.table, "pk": k.pk})).collect::<Vec<_>>() }),
         ),
-        Event::Applied { id, seq } => ("applied", json!({ "id": id, "seq": seq })),
+        Event::Applied { id, key, seq } => ("applied", json!({ "id": id, "table": key.table, "pk": key.pk, "seq": seq })),
         Event::Rejected { mutation, reason, message, server_row } => (
             "rejected",
             json!({ "reason": reason.as_str(), "message": message, "mutation": entry_json(mutation), "serverRow": server_row }),

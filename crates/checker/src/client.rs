@@ -141,7 +141,7 @@ impl Client {
     fn record(&mut self, events: Vec<Event>) {
         for event in events {
             match event {
-                Event::Applied { id, seq } => {
+                Event::Applied { id, seq, .. } => {
                     if let (Some(entry), Some(seq)) = (self.writes.get(&id), seq) {
                         if seq <= entry.read_seq {
                             self.violations.push(format!(

@@ -78,6 +78,8 @@ pub enum Event {
     Applied {
         /// The mutation id.
         id: Uuid,
+        /// The row it wrote, so an app can clear its pending mark without a map of its own.
+        key: RowKey,
         /// The server's commit sequence number.
         seq: Option<i64>,
     },

@@ -66,7 +66,7 @@ impl Engine {
                         _ => self.pull.requested = true,
                     }
                     touched.push(key);
-                    tx.events.push(Event::Applied { id: entry.id, seq: v.seq });
+                    tx.events.push(Event::Applied { id: entry.id, key: entry.key(), seq: v.seq });
                 }
                 Some((VerdictStatus::Rejected, v)) if v.reason.is_some() => {
                     self.outbox.remove(&seq);
