@@ -13,7 +13,13 @@ use uuid::Uuid;
 
 use crate::transport::Transport;
 
-pub const TABLE: &str = "hist_items";
+/// The checker's tables: columns ordered by arrival, and by hybrid logical clocks.
+pub const TABLES: [&str; 2] = ["hist_items", "hist_notes"];
+
+/// How the history names a row: `table/pk`.
+pub fn row_name(table: &str, pk: &str) -> String {
+    format!("{table}/{pk}")
+}
 
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
@@ -170,8 +176,8 @@ impl Client {
         }
     }
 
-    fn visible(&self, pk: &str) -> Option<Row> {
-        self.store.rows.get(&RowKey::new(TABLE, pk)).and_then(|r| r.visible.clone())
+    fn visible(&self, table: &str, pk: &str) -> Option<Row> {
+        self.store.rows.get(&RowKey::new(table, pk)).and_then(|r| r.visible.clone())
     }
 
     /// Local writes as one call (several: one atomic batch); checks read-your-writes at once.
@@ -185,10 +191,11 @@ impl Client {
             });
             self.note(format!("write {} {:?} {columns:?} apply_after {:?} latest_only {:?}", w.pk, w.op, w.apply_after, w.latest_only));
         }
-        let mut expected: BTreeMap<String, Option<Row>> = BTreeMap::new();
+        let mut expected: BTreeMap<(String, String), Option<Row>> = BTreeMap::new();
         for w in &writes {
-            let before = expected.get(&w.pk).cloned().unwrap_or_else(|| self.visible(&w.pk));
-            expected.insert(w.pk.clone(), apply_op(before, w.op, w.columns.as_ref()));
+            let key = (w.table.clone(), w.pk.clone());
+            let before = expected.get(&key).cloned().unwrap_or_else(|| self.visible(&w.table, &w.pk));
+            expected.insert(key, apply_op(before, w.op, w.columns.as_ref()));
         }
         let current = self.store.current(&writes);
         match self.engine.write(now_ms(), writes, &current) {
@@ -198,8 +205,8 @@ impl Client {
                 return;
             }
         }
-        for (pk, want) in expected {
-            let seen = self.visible(&pk);
+        for ((table, pk), want) in expected {
+            let seen = self.visible(&table, &pk);
             if seen != want {
                 self.violations.push(format!("{}: read-your-writes: {pk} shows {seen:?} right after writing {want:?}", self.name));
             }
@@ -287,7 +294,7 @@ impl Client {
             self.violations.push(format!("{}: the checkpoint went back from {before} to {horizon}", self.name));
         }
         let mut rows = BTreeMap::new();
-        for record in self.store.rows.values().filter(|r| r.table == TABLE) {
+        for record in self.store.rows.values().filter(|r| TABLES.contains(&r.table.as_str())) {
             let pending: Vec<&OutboxEntry> = self.store.outbox.values().filter(|e| e.is_for(&record.key())).collect();
             let want = replay(record.base.as_ref(), pending);
             if record.visible != want {
@@ -297,7 +304,7 @@ impl Client {
                 ));
             }
             if let Some(base) = &record.base {
-                rows.insert(record.pk.clone(), Value::Object(base.clone()));
+                rows.insert(row_name(&record.table, &record.pk), Value::Object(base.clone()));
             }
         }
         let mut buckets = self.config.buckets.clone();
@@ -318,13 +325,13 @@ impl Client {
         self.engine.status().pending == 0 && self.engine.dead_letters().is_empty()
     }
 
-    /// The visible rows of the checker's table, by key.
+    /// The visible rows of the checker's tables, by `table/pk`.
     pub fn visible_rows(&self) -> BTreeMap<String, Value> {
         self.store
             .rows
             .values()
-            .filter(|r| r.table == TABLE)
-            .filter_map(|r| r.visible.clone().map(|v| (r.pk.clone(), Value::Object(v))))
+            .filter(|r| TABLES.contains(&r.table.as_str()))
+            .filter_map(|r| r.visible.clone().map(|v| (row_name(&r.table, &r.pk), Value::Object(v))))
             .collect()
     }
 }

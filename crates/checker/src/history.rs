@@ -11,7 +11,7 @@ use kizuna_engine::LocalWrite;
 use serde_json::{json, Value};
 use tokio_postgres::Client as Pg;
 
-use crate::client::{now_ms, Client, Outcome, TABLE};
+use crate::client::{now_ms, row_name, Client, Outcome, TABLES};
 use crate::gateway::Gateway;
 use crate::model::{Effect, Model};
 use crate::prng::Prng;
@@ -35,8 +35,15 @@ fn row(v: Value) -> Row {
     v.as_object().expect("object").clone()
 }
 
-fn lw(pk: &str, op: Op, columns: Option<Value>) -> LocalWrite {
-    LocalWrite { table: TABLE.into(), pk: pk.into(), op, columns: columns.map(row), apply_after: None, latest_only: None }
+/// A row the workload knows: its table and key.
+#[derive(Clone)]
+struct Key {
+    table: &'static str,
+    pk: String,
+}
+
+fn lw(key: &Key, op: Op, columns: Option<Value>) -> LocalWrite {
+    LocalWrite { table: key.table.into(), pk: key.pk.clone(), op, columns: columns.map(row), apply_after: None, latest_only: None }
 }
 
 pub async fn run(seed: u64, gateway: &mut Gateway, pg: &Pg, database_url: &str) -> Result<Report, String> {
@@ -65,7 +72,7 @@ pub async fn run(seed: u64, gateway: &mut Gateway, pg: &Pg, database_url: &str) 
         .collect();
 
     // The plain-SQL writer: commits one column of an existing row now and then, while pulls run.
-    let known: Arc<Mutex<Vec<String>>> = Arc::default();
+    let known: Arc<Mutex<Vec<Key>>> = Arc::default();
     let sql_log: Arc<Mutex<Vec<Effect>>> = Arc::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
@@ -78,7 +85,7 @@ pub async fn run(seed: u64, gateway: &mut Gateway, pg: &Pg, database_url: &str) 
             let mut n = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 tokio::time::sleep(Duration::from_millis(2 + rng.below(8))).await;
-                let pk = {
+                let key = {
                     let known = known.lock().unwrap();
                     if known.is_empty() {
                         continue;
@@ -87,13 +94,19 @@ pub async fn run(seed: u64, gateway: &mut Gateway, pg: &Pg, database_url: &str) 
                 };
                 n += 1;
                 let value = format!("sql-{n}");
-                // fence_now() draws this transaction's commit number inside it, so the history
-                // knows exactly where the write lands.
-                let sql = "with w as (update public.hist_items set a = $1 where id = $2 returning id) \
-                           select (select count(*) from w), kizuna.fence_now()";
+                // The clock this write stamps on its columns (hlc mode), chosen here so the history
+                // knows it; fence_now() draws the transaction's commit number inside it, so the
+                // history knows exactly where the write lands.
+                let hlc = format!("{:013}-0000-sql{n}", now_ms());
+                let sql = format!(
+                    "with w as (update public.{} set a = $1 where id = $2 returning id) \
+                     select (select count(*) from w), kizuna.fence_now()",
+                    key.table
+                );
                 let result = async {
                     pg.batch_execute("begin").await?;
-                    let row = pg.query_one(sql, &[&value, &pk]).await?;
+                    pg.execute("select set_config('kizuna.hlc', $1, true)", &[&hlc]).await?;
+                    let row = pg.query_one(&sql, &[&value, &key.pk]).await?;
                     pg.batch_execute("commit").await?;
                     Ok::<_, tokio_postgres::Error>((row.get::<_, i64>(0), row.get::<_, i64>(1)))
                 }
@@ -103,7 +116,10 @@ pub async fn run(seed: u64, gateway: &mut Gateway, pg: &Pg, database_url: &str) 
                         seq,
                         order: 0,
                         user: String::new(),
-                        pk,
+                        table: key.table.into(),
+                        pk: key.pk,
+                        hlc: Some(hlc),
+                        sql: true,
                         op: Op::Patch,
                         columns: Some(row(json!({"a": value}))),
                     }),
@@ -117,7 +133,7 @@ pub async fn run(seed: u64, gateway: &mut Gateway, pg: &Pg, database_url: &str) 
     };
 
     // The workload.
-    let mut keys: Vec<(usize, String)> = Vec::new(); // (owner index, pk)
+    let mut keys: Vec<(usize, Key)> = Vec::new(); // (owner index, key)
     let steps = 30 + rng.below(20);
     let mut operations = 0u64;
     for step in 0..steps {
@@ -126,57 +142,58 @@ pub async fn run(seed: u64, gateway: &mut Gateway, pg: &Pg, database_url: &str) 
         let my_lists: Vec<&String> = plans[c].1.iter().map(|l| &lists[*l]).collect();
         let list = (*rng.pick(&my_lists)).clone();
         let choice = rng.below(100);
-        let pick_key = |rng: &mut Prng| -> Option<String> {
+        let pick_key = |rng: &mut Prng| -> Option<Key> {
             (!keys.is_empty()).then(|| keys[rng.below(keys.len() as u64) as usize].1.clone())
         };
+        let new_key = |rng: &mut Prng, what: &str| Key { table: *rng.pick(&TABLES), pk: format!("{tag}-{what}{step}") };
         match choice {
             0..=19 => {
-                let pk = format!("{tag}-k{step}");
+                let key = new_key(&mut rng, "k");
                 let shared = rng.chance(30);
-                clients[c].write(vec![lw(&pk, Op::Upsert, Some(json!({"list": list, "shared": shared, "a": format!("{pk}-a0"), "title": "t"})))]);
-                keys.push((user_of, pk.clone()));
-                known.lock().unwrap().push(pk);
+                clients[c].write(vec![lw(&key, Op::Upsert, Some(json!({"list": list, "shared": shared, "a": format!("{}-a0", key.pk), "title": "t"})))]);
+                keys.push((user_of, key.clone()));
+                known.lock().unwrap().push(key);
             }
             20..=39 => {
-                if let Some(pk) = pick_key(&mut rng) {
+                if let Some(key) = pick_key(&mut rng) {
                     let column = if rng.chance(50) { "a" } else { "b" };
-                    let mut w = lw(&pk, Op::Patch, Some(json!({ column: format!("{}-{step}", clients[c].name) })));
+                    let mut w = lw(&key, Op::Patch, Some(json!({ column: format!("{}-{step}", clients[c].name) })));
                     w.latest_only = Some(rng.chance(25));
                     clients[c].write(vec![w]);
                 }
             }
             40..=47 => {
-                if let Some(pk) = pick_key(&mut rng) {
-                    clients[c].write(vec![lw(&pk, Op::Patch, Some(json!({"list": list})))]); // a move
+                if let Some(key) = pick_key(&mut rng) {
+                    clients[c].write(vec![lw(&key, Op::Patch, Some(json!({"list": list})))]); // a move
                 }
             }
             48..=52 => {
-                if let Some(pk) = pick_key(&mut rng) {
-                    clients[c].write(vec![lw(&pk, Op::Delete, None)]);
+                if let Some(key) = pick_key(&mut rng) {
+                    clients[c].write(vec![lw(&key, Op::Delete, None)]);
                 }
             }
             53..=57 => {
-                let pk = format!("{tag}-k{step}");
-                let other = pick_key(&mut rng).unwrap_or_else(|| pk.clone());
+                let key = new_key(&mut rng, "k");
+                let other = pick_key(&mut rng).unwrap_or_else(|| key.clone());
                 clients[c].write(vec![
-                    lw(&pk, Op::Upsert, Some(json!({"list": list, "title": "batch"}))),
+                    lw(&key, Op::Upsert, Some(json!({"list": list, "title": "batch"}))),
                     lw(&other, Op::Patch, Some(json!({"b": format!("batch-{step}")}))),
                 ]);
-                keys.push((user_of, pk.clone()));
-                known.lock().unwrap().push(pk);
+                keys.push((user_of, key.clone()));
+                known.lock().unwrap().push(key);
             }
             58..=60 => {
-                if let Some(pk) = pick_key(&mut rng) {
-                    clients[c].write(vec![lw(&pk, Op::Patch, Some(json!({"title": "refuse-me"})))]); // the gate says no
+                if let Some(key) = pick_key(&mut rng) {
+                    clients[c].write(vec![lw(&key, Op::Patch, Some(json!({"title": "refuse-me"})))]); // the gate says no
                 }
             }
             61..=62 => {
-                let pk = format!("{tag}-poison{step}");
-                clients[c].write(vec![lw(&pk, Op::Upsert, Some(json!({"list": list, "title": "x".repeat(POISON)})))]);
+                let key = new_key(&mut rng, "poison");
+                clients[c].write(vec![lw(&key, Op::Upsert, Some(json!({"list": list, "title": "x".repeat(POISON)})))]);
             }
             63..=65 => {
-                if let Some(pk) = pick_key(&mut rng) {
-                    let mut w = lw(&pk, Op::Patch, Some(json!({"b": format!("later-{step}")})));
+                if let Some(key) = pick_key(&mut rng) {
+                    let mut w = lw(&key, Op::Patch, Some(json!({"b": format!("later-{step}")})));
                     w.apply_after = Some(now_ms() + 100 + rng.below(300) as i64);
                     clients[c].write(vec![w]);
                 }
@@ -206,10 +223,11 @@ pub async fn run(seed: u64, gateway: &mut Gateway, pg: &Pg, database_url: &str) 
                 // A crash in the middle of whatever comes next, then a restart a little later.
                 if gateway.is_up() {
                     gateway.kill_after(rng.below(15));
+                    let key = new_key(&mut rng, "k");
                     for _ in 0..2 {
                         let c = rng.below(clients.len() as u64) as usize;
-                        clients[c].write(vec![lw(&format!("{tag}-k{step}"), Op::Upsert, Some(json!({"list": lists[plans[c].1[0]], "title": "crash"})))]);
-                        keys.push((plans[c].0, format!("{tag}-k{step}")));
+                        clients[c].write(vec![lw(&key, Op::Upsert, Some(json!({"list": lists[plans[c].1[0]], "title": "crash"})))]);
+                        keys.push((plans[c].0, key.clone()));
                         clients[c].step().await;
                     }
                     gateway.restart().await?;
@@ -268,7 +286,10 @@ pub async fn run(seed: u64, gateway: &mut Gateway, pg: &Pg, database_url: &str) 
                     seq: *seq,
                     order: entry.seq,
                     user: client.user.clone(),
+                    table: entry.table.clone(),
                     pk: entry.pk.clone(),
+                    hlc: Some(entry.hlc.clone()),
+                    sql: false,
                     op: entry.op,
                     columns: entry.columns.clone(),
                 }),
@@ -330,13 +351,14 @@ async fn check(clients: &[Client], model: &Model, pg: &Pg, tag: &str, report: &m
                 let folded = matches!(client.outcomes.get(&entry.id), Some(Outcome::Applied(Some(seq))) if *seq > snap.horizon)
                     && client.answered_at.get(&entry.id).is_some_and(|at| *at < snap.at);
                 if folded {
-                    let base = want.remove(&entry.pk).and_then(|v| v.as_object().cloned());
+                    let name = row_name(&entry.table, &entry.pk);
+                    let base = want.remove(&name).and_then(|v| v.as_object().cloned());
                     if let Some(row) = kizuna_engine::util::apply_op(base, entry.op, entry.columns.as_ref()) {
-                        want.insert(entry.pk.clone(), Value::Object(row));
+                        want.insert(name, Value::Object(row));
                     }
                 }
             }
-            let got: BTreeMap<String, Value> = snap.rows.iter().filter(|(k, _)| k.starts_with(tag)).map(|(k, v)| (k.clone(), v.clone())).collect();
+            let got: BTreeMap<String, Value> = snap.rows.iter().filter(|(k, _)| mine(k, tag)).map(|(k, v)| (k.clone(), v.clone())).collect();
             if got != want {
                 report.violations.push(format!(
                     "{}: checkpoint {} is not the server's state at its horizon: {}",
@@ -364,13 +386,16 @@ async fn check(clients: &[Client], model: &Model, pg: &Pg, tag: &str, report: &m
     }
 
     // Exactly-once effect: the server's rows (with `n`, the writes each took) are the model's.
-    let server: BTreeMap<String, Value> = pg
-        .query("select id, to_jsonb(t) from public.hist_items t where id like $1", &[&format!("{tag}-%")])
-        .await
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .map(|r| (r.get::<_, String>(0), r.get::<_, Value>(1)))
-        .collect();
+    let mut server: BTreeMap<String, Value> = BTreeMap::new();
+    for table in TABLES {
+        let rows = pg
+            .query(&format!("select id, to_jsonb(t) from public.{table} t where id like $1"), &[&format!("{tag}-%")])
+            .await
+            .map_err(|e| e.to_string())?;
+        for r in rows {
+            server.insert(row_name(table, &r.get::<_, String>(0)), r.get::<_, Value>(1));
+        }
+    }
     let modelled = model.rows_at(i64::MAX);
     if server != modelled {
         report.violations.push(format!("the server's rows are not the applied writes, each once: {}", difference(&server, &modelled)));
@@ -382,12 +407,17 @@ async fn check(clients: &[Client], model: &Model, pg: &Pg, tag: &str, report: &m
         buckets.sort();
         let want = model.view_at(i64::MAX, &client.user, &buckets);
         let got: BTreeMap<String, Value> =
-            client.visible_rows().into_iter().filter(|(k, _)| k.starts_with(tag)).collect();
+            client.visible_rows().into_iter().filter(|(k, _)| mine(k, tag)).collect();
         if got != want {
             report.violations.push(format!("{}: did not converge: {}", client.name, difference(&got, &want)));
         }
     }
     Ok(())
+}
+
+/// A `table/pk` of this history's.
+fn mine(name: &str, tag: &str) -> bool {
+    name.split_once('/').is_some_and(|(_, pk)| pk.starts_with(tag))
 }
 
 fn difference(got: &BTreeMap<String, Value>, want: &BTreeMap<String, Value>) -> String {
@@ -409,9 +439,10 @@ fn difference(got: &BTreeMap<String, Value>, want: &BTreeMap<String, Value>) -> 
 fn shrunk(clients: &[Client], sql: &[Effect], violations: &[String], tag: &str) -> Vec<String> {
     let mut keys: Vec<String> = Vec::new();
     for v in violations {
-        for word in v.split(|c: char| !(c.is_alphanumeric() || c == '-')) {
-            if word.starts_with(tag) && word.contains("-k") && !keys.iter().any(|k| k == word) {
-                keys.push(word.to_owned());
+        for word in v.split(|c: char| !(c.is_alphanumeric() || c == '-' || c == '_' || c == '/')) {
+            let pk = word.split_once('/').map_or(word, |(_, pk)| pk);
+            if pk.starts_with(tag) && pk.contains("-k") && !keys.iter().any(|k| k == pk) {
+                keys.push(pk.to_owned());
             }
         }
     }

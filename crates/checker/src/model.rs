@@ -1,8 +1,10 @@
 //! What the server's state was at any horizon, rebuilt from the history: every applied mutation
 //! with its commit number (from the verdicts) and every plain-SQL write with its own (drawn inside
-//! its transaction), replayed in commit order with the pack's rules for the checker's table
-//! (arrival order: an upsert inserts or assigns the columns it names, a patch assigns, a delete
-//! removes; `n` counts the writes a row took), then rendered as a user's policies and buckets do.
+//! its transaction), replayed in commit order with the pack's rules for the checker's tables (an
+//! upsert inserts or assigns the columns it names, a patch assigns, a delete removes; `n` counts the
+//! writes a row took), then rendered as a user's policies and buckets do. In `hist_items` a named
+//! column is always assigned (arrival order); in `hist_notes` (hlc mode) only when the write's
+//! clock is above the clock of the column's last assignment, as the pack orders columns.
 
 use std::collections::BTreeMap;
 
@@ -18,7 +20,12 @@ pub struct Effect {
     pub order: i64,
     /// Who wrote it (the `owner` of a row it creates).
     pub user: String,
+    pub table: String,
     pub pk: String,
+    /// The write's origin clock (the engine's, or the one the SQL writer set).
+    pub hlc: Option<String>,
+    /// A plain-SQL write: it assigns what it names whatever the clocks (and stamps its own).
+    pub sql: bool,
     pub op: Op,
     pub columns: Option<Row>,
 }
@@ -34,20 +41,35 @@ impl Model {
     }
 
     /// Every row at `horizon` (`i64::MAX`: now), unfiltered.
+    /// Every row at `horizon` (`i64::MAX`: now), unfiltered, by `table/pk`.
     pub fn rows_at(&self, horizon: i64) -> BTreeMap<String, Value> {
         let mut effects: Vec<&Effect> = self.effects.iter().filter(|e| e.seq <= horizon).collect();
         effects.sort_by_key(|e| (e.seq, e.order));
         let mut rows: BTreeMap<String, Value> = BTreeMap::new();
+        // hlc mode: the clock of each column's last assignment, kept across deletes as the pack keeps it.
+        let mut clocks: BTreeMap<(String, String), String> = BTreeMap::new();
         for e in effects {
+            let name = crate::client::row_name(&e.table, &e.pk);
+            let hlc_mode = e.table == "hist_notes";
             let named = e.columns.clone().unwrap_or_default();
-            match (e.op, rows.get_mut(&e.pk)) {
+            match (e.op, rows.get_mut(&name)) {
                 (Op::Delete, _) => {
-                    rows.remove(&e.pk);
+                    rows.remove(&name);
                 }
                 (Op::Upsert | Op::Patch, Some(row)) => {
                     let object = row.as_object_mut().expect("rows are objects");
                     for (column, value) in named {
-                        object.insert(column, value);
+                        let clock = (name.clone(), column.clone());
+                        let wins = match (hlc_mode && !e.sql, &e.hlc, clocks.get(&clock)) {
+                            (true, Some(mine), Some(theirs)) => mine.as_str() > theirs.as_str(),
+                            _ => true,
+                        };
+                        if wins {
+                            object.insert(column, value);
+                            if let Some(h) = &e.hlc {
+                                clocks.insert(clock, h.clone());
+                            }
+                        }
                     }
                     let n = object["n"].as_i64().unwrap_or(0);
                     object.insert("n".into(), json!(n + 1));
@@ -57,9 +79,12 @@ impl Model {
                                          "a": null, "b": null, "title": null, "n": 1});
                     let object = row.as_object_mut().expect("object");
                     for (column, value) in named {
+                        if let Some(h) = &e.hlc {
+                            clocks.insert((name.clone(), column.clone()), h.clone());
+                        }
                         object.insert(column, value);
                     }
-                    rows.insert(e.pk.clone(), row);
+                    rows.insert(name, row);
                 }
                 (Op::Patch, None) => {} // the pack refuses it (RLS_DENIED): no verdict APPLIED
             }
