@@ -34,6 +34,9 @@ pub enum Fault {
     Delay(u64),
     /// Sent and answered, but the body arrives cut short.
     Truncate,
+    /// The connection is reset this many milliseconds after sending: the gateway is cut off in
+    /// the middle of the request, before or after its transaction commits.
+    Reset(u64),
 }
 
 pub struct Transport {
@@ -57,11 +60,12 @@ impl Transport {
             return Fault::Pass;
         }
         self.faults += 1;
-        match self.prng.below(5) {
+        match self.prng.below(6) {
             0 => Fault::Refuse,
             1 => Fault::LoseAnswer,
             2 => Fault::Unavailable,
             3 => Fault::Delay(self.prng.below(80)),
+            4 => Fault::Reset(1 + self.prng.below(15)),
             _ => Fault::Truncate,
         }
     }
@@ -78,13 +82,15 @@ impl Transport {
             Fault::Delay(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
             _ => {}
         }
-        let sent = self
+        let mut call = self
             .http
             .post(format!("{}/rest/v1/rpc/{function}", self.url))
             .bearer_auth(&self.token)
-            .json(&serde_json::json!({ "request": request }))
-            .send()
-            .await;
+            .json(&serde_json::json!({ "request": request }));
+        if let Fault::Reset(ms) = fault {
+            call = call.timeout(Duration::from_millis(ms));
+        }
+        let sent = call.send().await;
         let response = sent.map_err(|e| network(&format!("request failed: {e}")))?;
         let status = response.status().as_u16();
         let mut text = response.text().await.map_err(|e| network(&format!("body failed: {e}")))?;
