@@ -125,12 +125,8 @@ export interface KizunaEvents {
 }
 export type KizunaEventName = keyof KizunaEvents;
 
-/** Typed forms of the methods whose last argument is optional (merged into the class). */
+/** The typed form of `on` (merged into the class): each event's listener gets its payload. */
 export interface KizunaClient {
-  put(table: string, pk: string, row: Row, options?: WriteOptions): Promise<void>;
-  patch(table: string, pk: string, columns: Row, options?: WriteOptions): Promise<void>;
-  delete(table: string, pk: string, options?: WriteOptions): Promise<void>;
-  query(table: string, filter?: QueryFilter): Promise<Row[]>;
   on<K extends KizunaEventName>(name: K, listener: (event: KizunaEvents[K]) => void): () => void;
 }
 "#;
@@ -274,7 +270,7 @@ impl KizunaClient {
     pub fn put(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue,
                #[wasm_bindgen(unchecked_param_type = "string")] pk: JsValue,
                #[wasm_bindgen(unchecked_param_type = "Row")] row: JsValue,
-               options: Option<JsValue>) -> Promise {
+               #[wasm_bindgen(unchecked_optional_param_type = "WriteOptions")] options: Option<JsValue>) -> Promise {
         self.write(values::row(&row, "row").and_then(|row| single_write(&table, &pk, Op::Upsert, Some(row), options)).map(|w| vec![w]))
     }
 
@@ -283,7 +279,7 @@ impl KizunaClient {
     pub fn patch(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue,
                  #[wasm_bindgen(unchecked_param_type = "string")] pk: JsValue,
                  #[wasm_bindgen(unchecked_param_type = "Row")] columns: JsValue,
-                 options: Option<JsValue>) -> Promise {
+                 #[wasm_bindgen(unchecked_optional_param_type = "WriteOptions")] options: Option<JsValue>) -> Promise {
         self.write(values::row(&columns, "columns").and_then(|c| single_write(&table, &pk, Op::Patch, Some(c), options)).map(|w| vec![w]))
     }
 
@@ -291,7 +287,7 @@ impl KizunaClient {
     #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn delete(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue,
                   #[wasm_bindgen(unchecked_param_type = "string")] pk: JsValue,
-                  options: Option<JsValue>) -> Promise {
+                  #[wasm_bindgen(unchecked_optional_param_type = "WriteOptions")] options: Option<JsValue>) -> Promise {
         self.write(single_write(&table, &pk, Op::Delete, None, options).map(|w| vec![w]))
     }
 
@@ -346,7 +342,7 @@ impl KizunaClient {
     /// bucket through its index.
     #[wasm_bindgen(unchecked_return_type = "Promise<Row[]>")]
     pub fn query(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue,
-                 filter: Option<JsValue>) -> Promise {
+                 #[wasm_bindgen(unchecked_optional_param_type = "QueryFilter")] filter: Option<JsValue>) -> Promise {
         let parsed = (|| -> Result<(String, Row, Option<String>), JsValue> {
             let table = values::text(&table, "table")?;
             let Some(filter) = values::options(&filter.unwrap_or(JsValue::UNDEFINED), "filter")? else {

@@ -37,5 +37,12 @@ export async function usage(): Promise<void> {
   client.on("changed", () => {});
   // @ts-expect-error rows are objects of columns
   await client.put("todos", "t4", "not a row");
+  // @ts-expect-error a misspelt write option
+  await client.put("todos", "t5", { title: "x" }, { applyAftr: 5 });
+  // @ts-expect-error a misspelt filter key
+  await client.query("todos", { wher: { done: false } });
+  // @ts-expect-error a misspelt delete option
+  await client.delete("todos", "t5", { latestOnlyy: true });
+  client.on("applied", (e) => console.log(e.table, e.pk, e.seq));
   client.close();
 }
