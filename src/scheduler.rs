@@ -6,7 +6,6 @@ use std::rc::{Rc, Weak};
 
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
-use web_sys::EventSource;
 
 use crate::js;
 use crate::runner::{now, Inner};
@@ -26,8 +25,8 @@ pub struct Scheduler {
     /// `autoSync`: when false no timer is ever armed and only explicit calls talk to the server.
     pub enabled: std::cell::Cell<bool>,
     timer: RefCell<Option<Timer>>,
-    /// The wake stream with its `wake` and `error` handlers.
-    wake: RefCell<Option<(EventSource, EventHandler, EventHandler)>>,
+    /// The wake stream's controller: aborting it ends the stream.
+    wake: RefCell<Option<web_sys::AbortController>>,
     /// The `online` and `offline` handlers.
     online: RefCell<Option<(EventHandler, EventHandler)>>,
 }
@@ -64,8 +63,11 @@ fn cancel_timer(scheduler: &Scheduler) {
     }
 }
 
-/// Opens the wake stream. Each `wake` event asks the engine for a pull and re-arms the timer;
-/// the stream carries no row data, so a missed event only delays the next scheduled pull.
+/// Opens the wake stream: a streaming `fetch` of `/kizuna/v1/wake` with the token in the
+/// `Authorization` header (an `EventSource` can only carry it in the URL, where browser, proxy and
+/// server logs keep it). Each `wake` event asks the engine for a pull and re-arms the timer; the
+/// stream carries no row data, so a missed event only delays the next scheduled pull. When the
+/// stream ends or fails, a new one is opened after a pause, with a fresh token.
 pub fn open_wake_stream(inner: &Rc<Inner>, scheduler: &Rc<Scheduler>) {
     let weak_inner = Rc::downgrade(inner);
     let weak_sched = Rc::downgrade(scheduler);
@@ -74,61 +76,75 @@ pub fn open_wake_stream(inner: &Rc<Inner>, scheduler: &Rc<Scheduler>) {
         if inner.closed.get() {
             return;
         }
-        let Ok(token) = inner.transport.access_token().await else {
-            retry_wake_stream(weak_inner.clone(), weak_sched.clone());
+        let opened = inner.transport.open_stream("/kizuna/v1/wake").await;
+        drop(inner);
+        let Ok((response, controller)) = opened else {
+            retry_wake_stream(weak_inner, weak_sched);
+            return;
+        };
+        let (Some(inner), Some(sched)) = (weak_inner.upgrade(), weak_sched.upgrade()) else {
+            controller.abort();
             return;
         };
         if inner.closed.get() {
-            return;  // closed while the token lookup ran
+            controller.abort(); // closed while the stream was opening
+            return;
         }
-        let url = format!(
-            "{}/kizuna/v1/wake?access_token={}",
-            inner.transport.base_url.trim_end_matches('/'),
-            js_sys::encode_uri_component(&token)
-        );
-        let Ok(source) = EventSource::new(&url) else { return };
-        let on_wake = EventHandler::new({
-            let weak_inner = weak_inner.clone();
-            let weak_sched = weak_sched.clone();
-            move |_| {
-                if let (Some(inner), Some(sched)) = (weak_inner.upgrade(), weak_sched.upgrade()) {
+        close_wake_stream(&sched);
+        *sched.wake.borrow_mut() = Some(controller.clone());
+        drop((inner, sched));
+        read_wake_events(&response, &weak_inner, &weak_sched).await;
+        // Ended: by `close()` (the controller is gone then) or by the network or server.
+        let current = weak_sched.upgrade().and_then(|s| s.wake.borrow().as_ref().map(|c| c == &controller));
+        if current == Some(true) {
+            retry_wake_stream(weak_inner, weak_sched);
+        }
+    });
+}
+
+/// Reads Server-Sent Events from the stream until it ends; a `wake` event wakes the engine.
+async fn read_wake_events(response: &web_sys::Response, inner: &Weak<Inner>, scheduler: &Weak<Scheduler>) {
+    let Some(body) = response.body() else { return };
+    let reader: web_sys::ReadableStreamDefaultReader = body.get_reader().unchecked_into();
+    let Ok(decoder) = web_sys::TextDecoder::new() else { return };
+    let options = web_sys::TextDecodeOptions::new();
+    options.set_stream(true);
+    let mut buffer = String::new();
+    loop {
+        let Ok(chunk) = wasm_bindgen_futures::JsFuture::from(reader.read()).await else { return };
+        if js_sys::Reflect::get(&chunk, &"done".into()).ok().and_then(|d| d.as_bool()) != Some(false) {
+            return;
+        }
+        let Ok(bytes) = js_sys::Reflect::get(&chunk, &"value".into()) else { return };
+        let bytes: js_sys::Uint8Array = bytes.unchecked_into();
+        let Ok(text) = decoder.decode_with_buffer_source_and_options(&bytes, &options) else { return };
+        buffer.push_str(&text.replace("\r\n", "\n"));
+        while let Some(end) = buffer.find("\n\n") {
+            let event: String = buffer.drain(..end + 2).collect();
+            if event.lines().any(|line| line.trim_end() == "event: wake") {
+                if let (Some(inner), Some(sched)) = (inner.upgrade(), scheduler.upgrade()) {
                     inner.engine.borrow_mut().wake();
                     arm(&inner, &sched);
                 }
             }
-        });
-        let on_error = EventHandler::new({
-            let weak_inner = weak_inner.clone();
-            let weak_sched = weak_sched.clone();
-            move |_| {
-                if let Some(sched) = weak_sched.upgrade() {
-                    close_wake_stream(&sched);
-                }
-                retry_wake_stream(weak_inner.clone(), weak_sched.clone());
-            }
-        });
-        let _ = source.add_event_listener_with_callback("wake", on_wake.as_ref().unchecked_ref());
-        source.set_onerror(Some(on_error.as_ref().unchecked_ref()));
-        if let Some(sched) = weak_sched.upgrade() {
-            close_wake_stream(&sched);
-            *sched.wake.borrow_mut() = Some((source, on_wake, on_error));
         }
-    });
+    }
 }
 
 fn retry_wake_stream(inner: Weak<Inner>, scheduler: Weak<Scheduler>) {
     let callback = Closure::once_into_js(move || {
         if let (Some(inner), Some(sched)) = (inner.upgrade(), scheduler.upgrade()) {
-            open_wake_stream(&inner, &sched);
+            if !inner.closed.get() {
+                open_wake_stream(&inner, &sched);
+            }
         }
     });
     let _ = js::set_timeout(&callback, WAKE_RECONNECT_MS, &JsValue::UNDEFINED);
 }
 
 fn close_wake_stream(scheduler: &Scheduler) {
-    if let Some((source, _, _)) = scheduler.wake.borrow_mut().take() {
-        source.set_onerror(None);
-        source.close();
+    if let Some(controller) = scheduler.wake.borrow_mut().take() {
+        controller.abort();
     }
 }
 

@@ -76,26 +76,26 @@ impl Transport {
         }
     }
 
-    /// POSTs `{"request": body}` to `/rest/v1/rpc/<function>` and decodes the answer.
-    pub async fn rpc<Req: Serialize, Res: DeserializeOwned>(&self, function: &str, body: &Req) -> Result<Res, Failure> {
-        let token = self.access_token().await?;
-        let payload = serde_json::to_string(&serde_json::json!({ "request": body }))
-            .map_err(|e| failure(None, codes::MALFORMED, format!("cannot encode the request: {e}")))?;
-        let url = format!("{}/rest/v1/rpc/{}", self.base_url.trim_end_matches('/'), function);
-
+    /// Starts a request to `path` with the caller's token in the `Authorization` header (never in
+    /// the URL) through the app's `fetch`, abortable by the returned controller.
+    fn start(&self, method: &str, path: &str, token: &str, body: Option<&str>) -> Result<(JsValue, AbortController), Failure> {
+        let url = format!("{}{path}", self.base_url.trim_end_matches('/'));
         let headers = Headers::new().map_err(|e| failure(None, codes::NETWORK, describe(&e)))?;
-        let _ = headers.set("content-type", "application/json");
+        if body.is_some() {
+            let _ = headers.set("content-type", "application/json");
+        }
         let _ = headers.set("authorization", &format!("Bearer {token}"));
         if let Some(key) = &self.apikey {
             let _ = headers.set("apikey", key);
         }
         let controller = AbortController::new().map_err(|e| failure(None, codes::NETWORK, describe(&e)))?;
         let init = RequestInit::new();
-        init.set_method("POST");
+        init.set_method(method);
         init.set_headers(&headers);
-        init.set_body(&JsValue::from_str(&payload));
+        if let Some(body) = body {
+            init.set_body(&JsValue::from_str(body));
+        }
         init.set_signal(Some(&controller.signal()));
-
         let fetch = match &self.fetch {
             Some(f) => f.clone(),
             None => Reflect::get(&js_sys::global(), &"fetch".into())
@@ -105,6 +105,38 @@ impl Transport {
         let started = fetch
             .call2(&JsValue::NULL, &url.into(), &init)
             .map_err(|e| failure(None, codes::NETWORK, format!("fetch threw: {}", describe(&e))))?;
+        Ok((started, controller))
+    }
+
+    /// Opens a long-lived GET (the wake stream): the response once its headers arrived, and the
+    /// controller that ends it.
+    pub async fn open_stream(&self, path: &str) -> Result<(Response, AbortController), Failure> {
+        let token = self.access_token().await?;
+        let (started, controller) = self.start("GET", path, &token, None)?;
+        let response = match within(Promise::resolve(&started), self.request_timeout_ms).await {
+            None => {
+                controller.abort();
+                return Err(failure(None, codes::TIMEOUT, "the stream did not answer"));
+            }
+            Some(Err(e)) => return Err(failure(None, codes::NETWORK, format!("network failure: {}", describe(&e)))),
+            Some(Ok(r)) => r,
+        };
+        let response: Response = response
+            .dyn_into()
+            .map_err(|_| failure(None, codes::NETWORK, "fetch resolved to something that is not a Response"))?;
+        if !(200..300).contains(&response.status()) {
+            controller.abort();
+            return Err(failure(Some(response.status()), &format!("HTTP{}", response.status()), "the stream was refused"));
+        }
+        Ok((response, controller))
+    }
+
+    /// POSTs `{"request": body}` to `/rest/v1/rpc/<function>` and decodes the answer.
+    pub async fn rpc<Req: Serialize, Res: DeserializeOwned>(&self, function: &str, body: &Req) -> Result<Res, Failure> {
+        let token = self.access_token().await?;
+        let payload = serde_json::to_string(&serde_json::json!({ "request": body }))
+            .map_err(|e| failure(None, codes::MALFORMED, format!("cannot encode the request: {e}")))?;
+        let (started, controller) = self.start("POST", &format!("/rest/v1/rpc/{function}"), &token, Some(&payload))?;
         // One deadline for the whole exchange: headers and body. A server that sends its headers
         // and then stalls must not hang the sync that waits for it.
         let deadline = js_sys::Date::now() + f64::from(self.request_timeout_ms);

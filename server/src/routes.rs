@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -275,21 +274,15 @@ fn nesting_exceeds(json: &[u8], max: usize) -> bool {
     false
 }
 
-#[derive(Deserialize)]
-struct WakeQuery {
-    access_token: Option<String>,
-}
-
-/// Server-Sent Events. EventSource cannot send headers, so the token may come as `?access_token=`.
-async fn wake(
-    State(app): State<AppState>,
-    headers: HeaderMap,
-    query: Result<Query<WakeQuery>, QueryRejection>,
-) -> Response {
-    // An unreadable query string is treated as carrying no token.
-    let query_token = query.ok().and_then(|Query(q)| q.access_token);
-    let token = bearer(&headers).or(query_token.as_deref());
-    if let Err(error) = authenticate(&app.key, token) {
+/// Server-Sent Events, for a token in the `Authorization` header only: a token in a URL ends up in
+/// browser, proxy and server logs, so `?access_token=` is refused, not read.
+async fn wake(State(app): State<AppState>, headers: HeaderMap, uri: axum::http::Uri) -> Response {
+    if uri.query().is_some_and(|q| q.split('&').any(|p| p.starts_with("access_token="))) {
+        let error = ApiError::unauthorized("send the token in the Authorization header, never in the URL");
+        app.metrics.record_error(error.code());
+        return error.into_response();
+    }
+    if let Err(error) = authenticate(&app.key, bearer(&headers)) {
         app.metrics.record_error(error.code());
         return error.into_response();
     }

@@ -132,7 +132,7 @@ async fn push_pull_wake_metrics_cors_static_status_through_the_real_binary() {
     serves_static_files(&server).await;
 
     // Open a wake stream before the push: EventSource style, token in the query.
-    let mut wake = server.get(&format!("/kizuna/v1/wake?access_token={token}")).await;
+    let mut wake = server.http.get(server.path("/kizuna/v1/wake")).bearer_auth(&token).send().await.unwrap();
     assert_eq!(wake.status(), 200);
     assert_eq!(wake.headers()["content-type"], "text/event-stream");
 

@@ -197,10 +197,12 @@ async fn refuses_bad_tokens(server: &TestServer) {
         .unwrap();
     assert_eq!(response.status(), 401);
 
-    // The wake stream checks its token the same way, from the header or ?access_token=.
+    // The wake stream checks its token the same way, from the header only: a token in the URL,
+    // even a good one, is refused (URLs end up in logs).
     for url in [
         server.path("/kizuna/v1/wake"),
         server.path(&format!("/kizuna/v1/wake?access_token={}", forged[0].1)),
+        server.path(&format!("/kizuna/v1/wake?access_token={}", server.token(USER))),
     ] {
         let response = server.http.get(&url).send().await.unwrap();
         assert_eq!(response.status(), 401, "{url}");

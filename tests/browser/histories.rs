@@ -27,6 +27,16 @@ impl Rng {
     }
 }
 
+/// What survives a device's reloads: its fault counter, the switch that heals the network, and
+/// the events it saw.
+#[derive(Clone)]
+struct Kept {
+    faults: Rc<Cell<u64>>,
+    healed: Rc<Cell<bool>>,
+    applied: Array,
+    rejected: Array,
+}
+
 struct Device {
     name: String,
     user: String,
@@ -66,7 +76,8 @@ fn device_options(name: &str, user: &str, lists: &[String], seed: u64, faults: R
     opts
 }
 
-async fn open_device(name: &str, user: &str, lists: &[String], seed: u64, faults: Rc<Cell<u64>>, healed: Rc<Cell<bool>>, applied: Array, rejected: Array) -> Device {
+async fn open_device(name: &str, user: &str, lists: &[String], seed: u64, kept: Kept) -> Device {
+    let Kept { faults, healed, applied, rejected } = kept;
     let client = open(&device_options(name, user, lists, seed, faults.clone(), healed.clone())).await;
     // Into the device's arrays, which outlive its reloads.
     for (event, sink) in [("applied", &applied), ("rejected", &rejected)] {
@@ -111,7 +122,8 @@ async fn one_history(seed: u64) -> (u64, u64) {
     for (i, (user, own)) in plans.iter().enumerate() {
         let own: Vec<String> = own.iter().map(|l| lists[*l].clone()).collect();
         let name = format!("hist-{tag}-{i}");
-        devices.push(open_device(&name, &users[*user], &own, seed + i as u64, Rc::default(), healed.clone(), Array::new(), Array::new()).await);
+        let kept = Kept { faults: Rc::default(), healed: healed.clone(), applied: Array::new(), rejected: Array::new() };
+        devices.push(open_device(&name, &users[*user], &own, seed + i as u64, kept).await);
     }
     let mut keys: Vec<String> = Vec::new();
     let mut deleted: BTreeSet<String> = BTreeSet::new();
@@ -144,10 +156,10 @@ async fn one_history(seed: u64) -> (u64, u64) {
             8 => {
                 // A reload, with whatever is on the wire cut off.
                 let _on_the_wire = dev.client.sync();
-                let (name, user, own, faults, healed, applied, rejected) =
-                    (dev.name.clone(), dev.user.clone(), dev.lists.clone(), dev.faults.clone(), dev.healed.clone(), dev.applied.clone(), dev.rejected.clone());
+                let (name, user, own) = (dev.name.clone(), dev.user.clone(), dev.lists.clone());
+                let kept = Kept { faults: dev.faults.clone(), healed: dev.healed.clone(), applied: dev.applied.clone(), rejected: dev.rejected.clone() };
                 dev.client.close();
-                devices[d] = open_device(&name, &user, &own, seed + 100 + step, faults, healed, applied, rejected).await;
+                devices[d] = open_device(&name, &user, &own, seed + 100 + step, kept).await;
             }
             _ => {
                 let _ = call(dev.client.sync()).await;

@@ -64,7 +64,7 @@ pub async fn run(seed: u64, gateway: &mut Gateway, pg: &Pg, database_url: &str) 
         .iter()
         .enumerate()
         .map(|(i, (user, lists_of))| {
-            let mut transport = Transport::new(gateway.url(), &users[*user], seed ^ (i as u64 + 1) * 0x9E37);
+            let mut transport = Transport::new(gateway.url(), &users[*user], seed ^ ((i as u64 + 1) * 0x9E37));
             transport.fault_percent = fault_percent;
             let buckets = lists_of.iter().map(|l| bucket(&lists[*l])).collect();
             Client::new(format!("c{i}"), users[*user].clone(), buckets, transport, seed.wrapping_mul(31).wrapping_add(i as u64))
@@ -145,7 +145,7 @@ pub async fn run(seed: u64, gateway: &mut Gateway, pg: &Pg, database_url: &str) 
         let pick_key = |rng: &mut Prng| -> Option<Key> {
             (!keys.is_empty()).then(|| keys[rng.below(keys.len() as u64) as usize].1.clone())
         };
-        let new_key = |rng: &mut Prng, what: &str| Key { table: *rng.pick(&TABLES), pk: format!("{tag}-{what}{step}") };
+        let new_key = |rng: &mut Prng, what: &str| Key { table: TABLES[rng.below(TABLES.len() as u64) as usize], pk: format!("{tag}-{what}{step}") };
         match choice {
             0..=19 => {
                 let key = new_key(&mut rng, "k");

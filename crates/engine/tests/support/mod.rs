@@ -4,10 +4,8 @@
 
 pub mod server;
 
-use std::collections::BTreeMap;
-
 use kizuna_engine::protocol::{Op, Row};
-use kizuna_engine::{Config, Engine, EngineError, Event, LocalWrite, PullStep, RowKey, RowRecord};
+use kizuna_engine::{Config, Engine, EngineError, Event, LocalWrite, PullStep};
 pub use server::SimServer;
 pub use kizuna_engine::memory::MemoryStore as SimStore;
 use serde_json::Value;
