@@ -47,10 +47,11 @@ impl Listeners {
 
 /// Calls every listener of each event. A listener that throws is reported to the console and
 /// does not stop the others; called after the store commit, so listeners see committed state.
+/// A payload is built only for an event somebody listens to: a `change` naming 100,000 keys costs
+/// its memory (which wasm never returns) and a second of work, for nobody otherwise.
 pub fn emit(listeners: &SharedListeners, events: &[Event]) {
     for event in events {
-        let (name, payload) = describe(event);
-        let Ok(js) = crate::js::encode(&payload) else { continue };
+        let name = name_of(event);
         let targets: Vec<Function> = listeners
             .borrow()
             .entries
@@ -58,6 +59,10 @@ pub fn emit(listeners: &SharedListeners, events: &[Event]) {
             .filter(|(_, n, _)| n == name)
             .map(|(_, _, f)| f.clone())
             .collect();
+        if targets.is_empty() {
+            continue;
+        }
+        let Ok(js) = crate::js::encode(&describe(event)) else { continue };
         for listener in targets {
             if let Err(err) = listener.call1(&JsValue::NULL, &js) {
                 web_sys::console::error_2(&format!("kizuna: a '{name}' listener threw").into(), &err);
@@ -97,29 +102,42 @@ fn conflict_json(c: &Conflict) -> Value {
     })
 }
 
-fn describe(event: &Event) -> (&'static str, Value) {
+/// The JS name of an event (one of `EVENT_NAMES`).
+fn name_of(event: &Event) -> &'static str {
     match event {
-        Event::Change { keys, origin: o } => (
-            "change",
-            json!({ "origin": origin(o), "keys": keys.iter().map(|k| json!({"table": k.table, "pk": k.pk})).collect::<Vec<_>>() }),
-        ),
-        Event::Applied { id, key, seq } => ("applied", json!({ "id": id, "table": key.table, "pk": key.pk, "seq": seq })),
-        Event::Rejected { mutation, reason, message, server_row } => (
-            "rejected",
-            json!({ "reason": reason.as_str(), "message": message, "mutation": entry_json(mutation), "serverRow": server_row }),
-        ),
-        Event::DeadLetter { entry, error } => ("deadLetter", json!({ "entry": entry_json(entry), "error": error })),
-        Event::PushFailed { code, message, retryable } => {
-            ("pushFailed", json!({ "code": code, "message": message, "retryable": retryable }))
+        Event::Change { .. } => "change",
+        Event::Applied { .. } => "applied",
+        Event::Rejected { .. } => "rejected",
+        Event::DeadLetter { .. } => "deadLetter",
+        Event::PushFailed { .. } => "pushFailed",
+        Event::PullFailed { .. } => "pullFailed",
+        Event::PullProgress { .. } => "pullProgress",
+        Event::Checkpoint { .. } => "checkpoint",
+        Event::Conflicts(_) => "conflicts",
+        Event::CheckpointExpired => "checkpointExpired",
+        Event::ServerReset => "serverReset",
+        Event::Rehydrated { .. } => "rehydrated",
+    }
+}
+
+/// An event's payload, camelCase.
+fn describe(event: &Event) -> Value {
+    match event {
+        Event::Change { keys, origin: o } => {
+            json!({ "origin": origin(o), "keys": keys.iter().map(|k| json!({"table": k.table, "pk": k.pk})).collect::<Vec<_>>() })
         }
-        Event::PullFailed { code, message, retryable } => {
-            ("pullFailed", json!({ "code": code, "message": message, "retryable": retryable }))
+        Event::Applied { id, key, seq } => json!({ "id": id, "table": key.table, "pk": key.pk, "seq": seq }),
+        Event::Rejected { mutation, reason, message, server_row } => {
+            json!({ "reason": reason.as_str(), "message": message, "mutation": entry_json(mutation), "serverRow": server_row })
         }
-        Event::PullProgress { pages, entries } => ("pullProgress", json!({ "pages": pages, "entries": entries })),
-        Event::Checkpoint { cursor, horizon } => ("checkpoint", json!({ "cursor": cursor, "horizon": horizon })),
-        Event::Conflicts(conflicts) => ("conflicts", json!({ "conflicts": conflicts.iter().map(conflict_json).collect::<Vec<_>>() })),
-        Event::CheckpointExpired => ("checkpointExpired", json!({})),
-        Event::ServerReset => ("serverReset", json!({})),
-        Event::Rehydrated { horizon } => ("rehydrated", json!({ "horizon": horizon })),
+        Event::DeadLetter { entry, error } => json!({ "entry": entry_json(entry), "error": error }),
+        Event::PushFailed { code, message, retryable } | Event::PullFailed { code, message, retryable } => {
+            json!({ "code": code, "message": message, "retryable": retryable })
+        }
+        Event::PullProgress { pages, entries } => json!({ "pages": pages, "entries": entries }),
+        Event::Checkpoint { cursor, horizon } => json!({ "cursor": cursor, "horizon": horizon }),
+        Event::Conflicts(conflicts) => json!({ "conflicts": conflicts.iter().map(conflict_json).collect::<Vec<_>>() }),
+        Event::CheckpointExpired | Event::ServerReset => json!({}),
+        Event::Rehydrated { horizon } => json!({ "horizon": horizon }),
     }
 }
