@@ -118,3 +118,15 @@ async fn a_new_server_history_is_rehydrated_with_the_outbox_intact() {
     assert_eq!(server_view(&user, "todos", &pending).await["title"], "not sent yet");
     client.close();
 }
+
+#[wasm_bindgen_test]
+async fn a_database_open_in_one_client_is_refused_to_a_second_until_closed() {
+    let user = random_id();
+    let name = format!("locked-{}", random_id());
+    let first = open(&options(&name, &user)).await;
+    let refused = call(kizunasync::KizunaClient::open(options(&name, &user).into())).await.expect_err("a second open");
+    assert_eq!(error_code(&refused), "DATABASE_IN_USE");
+    first.close();
+    let second = open(&options(&name, &user)).await;
+    second.close();
+}
