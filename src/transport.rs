@@ -108,22 +108,28 @@ impl Transport {
         Ok((started, controller))
     }
 
+    /// The response of a started request once its headers arrived, within the request deadline
+    /// (past it the request is aborted: `TIMEOUT`).
+    async fn response(&self, started: &JsValue, controller: &AbortController) -> Result<Response, Failure> {
+        let response = match within(Promise::resolve(started), self.request_timeout_ms).await {
+            None => {
+                controller.abort();
+                return Err(failure(None, codes::TIMEOUT, format!("no answer within {} ms", self.request_timeout_ms)));
+            }
+            Some(Err(e)) => return Err(failure(None, codes::NETWORK, format!("network failure: {}", describe(&e)))),
+            Some(Ok(r)) => r,
+        };
+        response
+            .dyn_into()
+            .map_err(|_| failure(None, codes::NETWORK, "fetch resolved to something that is not a Response"))
+    }
+
     /// Opens a long-lived GET (the wake stream): the response once its headers arrived, and the
     /// controller that ends it.
     pub async fn open_stream(&self, path: &str) -> Result<(Response, AbortController), Failure> {
         let token = self.access_token().await?;
         let (started, controller) = self.start("GET", path, &token, None)?;
-        let response = match within(Promise::resolve(&started), self.request_timeout_ms).await {
-            None => {
-                controller.abort();
-                return Err(failure(None, codes::TIMEOUT, "the stream did not answer"));
-            }
-            Some(Err(e)) => return Err(failure(None, codes::NETWORK, format!("network failure: {}", describe(&e)))),
-            Some(Ok(r)) => r,
-        };
-        let response: Response = response
-            .dyn_into()
-            .map_err(|_| failure(None, codes::NETWORK, "fetch resolved to something that is not a Response"))?;
+        let response = self.response(&started, &controller).await?;
         if !(200..300).contains(&response.status()) {
             controller.abort();
             return Err(failure(Some(response.status()), &format!("HTTP{}", response.status()), "the stream was refused"));
@@ -144,14 +150,7 @@ impl Transport {
             controller.abort();
             failure(None, codes::TIMEOUT, format!("no answer within {} ms", self.request_timeout_ms))
         };
-        let response = match within(Promise::resolve(&started), self.request_timeout_ms).await {
-            None => return Err(timed_out()),
-            Some(Err(e)) => return Err(failure(None, codes::NETWORK, format!("network failure: {}", describe(&e)))),
-            Some(Ok(r)) => r,
-        };
-        let response: Response = response
-            .dyn_into()
-            .map_err(|_| failure(None, codes::NETWORK, "fetch resolved to something that is not a Response"))?;
+        let response = self.response(&started, &controller).await?;
         let status = response.status();
         let left = (deadline - js_sys::Date::now()).max(0.0) as i32;
         let text = match response.text() {

@@ -358,6 +358,19 @@ language sql immutable as $$
   end
 $$;
 
+-- The bucket of a row image of a synced table (the registry's compiled bucket function), or null.
+create or replace function kizuna.bucket_of(rel regclass, image jsonb) returns text language plpgsql stable as $$
+declare
+  b text;
+begin
+  if image is null then
+    return null;
+  end if;
+  execute format('select kizuna.%I(jsonb_populate_record(null::%s, $1))', 'bucket_' || rel::oid, rel) into b using image;
+  return b;
+end
+$$;
+
 -- Applies one mutation inside its own savepoint and returns its verdict (server_row still unset).
 create or replace function kizuna.apply_mutation(m jsonb, client uuid, who text) returns jsonb
 language plpgsql as $$
@@ -513,8 +526,7 @@ begin
     end loop;
     -- The row's bucket after the write, so the client can place its own row before a pull does.
     if op <> 'delete' then
-      execute format('select kizuna.%I(jsonb_populate_record(null::%s, $1))', 'bucket_' || t.rel::oid, t.rel)
-        into row_bucket using result;
+      row_bucket := kizuna.bucket_of(t.rel, result);
     end if;
     return jsonb_strip_nulls(jsonb_build_object('id', m -> 'id', 'status', 'APPLIED', 'replayed', false,
                               'bucket', row_bucket, '_fresh', true, '_seq', m -> 'client_seq'));
@@ -570,11 +582,9 @@ begin
     return v;
   end if;
   r := kizuna.render_row(t.rel, t.pk_column, m ->> 'pk');
-  if r is not null then
-    execute format('select kizuna.%I(jsonb_populate_record(null::%s, $1))', 'bucket_' || t.rel::oid, t.rel) into b using r;
-    if b is not null then
-      v := v || jsonb_build_object('bucket', b);
-    end if;
+  b := kizuna.bucket_of(t.rel, r);
+  if b is not null then
+    v := v || jsonb_build_object('bucket', b);
   end if;
   return jsonb_set(v, '{server_row}', coalesce(r, 'null'));
 end

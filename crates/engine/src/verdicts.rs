@@ -15,6 +15,13 @@ use crate::records::{Millis, RowKey};
 use crate::transaction::{ChangeOrigin, Event, StoreOp, Transaction};
 
 impl Engine {
+    /// True when a verdict names a bucket this device does not pull: the row is not part of the
+    /// device's data (no pull of its would ever bring or remove it), so it is not kept once no write
+    /// of ours is pending.
+    fn outside_buckets(&self, bucket: Option<&str>) -> bool {
+        bucket.is_some_and(|b| !self.config.buckets.iter().any(|mine| mine == b))
+    }
+
     /// Handles the server's answer to the request in flight: one verdict per mutation.
     /// `APPLIED` and `SKIPPED` acknowledge (a `replayed` verdict exactly like a first one);
     /// `REJECTED` compensates; `DELAYED` keeps the entry without counting the attempt. A
@@ -51,10 +58,7 @@ impl Engine {
                     match v.seq.filter(|_| v.status == VerdictStatus::Applied) {
                         Some(seq) if seq > self.meta.checkpoint.horizon => {
                             let mut record = self.mirrored(&key);
-                            // The server names the row's bucket. A row in a bucket this device does
-                            // not pull is not part of its data: no pull will ever bring or remove
-                            // it, so it is not kept once no write of ours is pending.
-                            let outside = v.bucket.as_ref().is_some_and(|b| !self.config.buckets.contains(b));
+                            let outside = self.outside_buckets(v.bucket.as_deref());
                             record.base = if outside { None } else { apply_op(record.base.take(), entry.op, entry.columns.as_ref()) };
                             // Placed in its bucket now, so bucket queries keep finding the app's
                             // own row between this verdict and the pull that brings it.
@@ -78,9 +82,8 @@ impl Engine {
                     if v.replayed {
                         self.pull.requested = true;
                     } else {
-                        // The server's row, unless it lies in a bucket this device does not pull:
-                        // then it is not part of this device's data (no pull would remove it).
-                        let outside = v.bucket.as_ref().is_some_and(|b| !self.config.buckets.contains(b));
+                        // The server's row, unless it lies in a bucket this device does not pull.
+                        let outside = self.outside_buckets(v.bucket.as_deref());
                         let mut record = self.mirrored(&key);
                         record.base = if outside { None } else { v.server_row.clone() };
                         if v.bucket.is_some() {
