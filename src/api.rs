@@ -25,114 +25,10 @@ use crate::options::ClientOptions;
 use crate::store::Store;
 use crate::values;
 
-#[wasm_bindgen(typescript_custom_section)]
-const TS_TYPES: &str = r#"
-/** A row: column name to JSON value. */
-export type Row = Record<string, unknown>;
 
-export interface ClientOptions {
-  /** IndexedDB database name; one per user and app. */
-  name: string;
-  /** Base URL of the gateway or Supabase project, e.g. "http://127.0.0.1:8787". */
-  url: string;
-  /** Returns the current access token (JWT), a promise of one, or null when signed out. */
-  token: () => string | null | Promise<string | null>;
-  /** Buckets to pull, e.g. ["user:<uid>"]. */
-  buckets: string[];
-  /** Supabase anon key, sent as `apikey` when given. */
-  apikey?: string;
-  /** A fetch to use instead of globalThis.fetch (proxies, tests). */
-  fetch?: typeof fetch;
-  /** Run push and pull loops on timers (default true). When false, only sync() talks to the server. */
-  autoSync?: boolean;
-  /** Open the server's wake stream to pull soon after remote changes (default true with autoSync). */
-  realtimeWakeups?: boolean;
-  /** Scheduled pull interval in ms (default 30000). */
-  pullIntervalMs?: number;
-  /** Entries per pull page (default 1000). */
-  pullLimit?: number;
-  /** Mutations per push (default 64). */
-  maxSlice?: number;
-  /** First retry delay in ms, doubled per failure with jitter (default 1000). */
-  retryBaseMs?: number;
-  /** Largest retry delay in ms (default 60000). */
-  retryMaxMs?: number;
-  /** Per-request deadline in ms (default 30000). */
-  requestTimeoutMs?: number;
-  /** Tables whose pending writes coalesce: only the newest unsent write per key is kept. */
-  latestOnlyTables?: string[];
-}
-
-export interface WriteOptions {
-  /** Hold the write until this time (Date or ms since epoch); the server answers DELAYED before it. */
-  applyAfter?: Date | number;
-  /** Override the table's latest-only setting for this write. */
-  latestOnly?: boolean;
-}
-
-export type BatchWrite =
-  | { op: "upsert"; table: string; pk: string; row: Row }
-  | { op: "patch"; table: string; pk: string; columns: Row }
-  | { op: "delete"; table: string; pk: string };
-
-export interface Checkpoint { cursor: string | null; horizon: number; committedAt: number | null; }
-export interface SyncHealth { failureStreak: number; lastError: string | null; lastSuccessAt: number | null; inFlight: boolean; online: boolean; }
-export interface SyncStatus { pending: number; retrying: number; deadLetters: number; applied: number; rejected: number; skipped: number; delayed: number; }
-export interface SyncReport { pushes: number; pulled: boolean; pushError: { code: string; message: string; status: number | null } | null; }
-export interface QueryFilter {
-  /** Columns that must equal these values. */
-  where?: Row;
-  /** Only rows the server placed in this bucket (and rows written here that no pull has placed yet). */
-  bucket?: string;
-}
-
-/** A write waiting in the outbox. */
-export interface PendingWrite {
-  seq: number; id: string; table: string; pk: string; op: "upsert" | "patch" | "delete"; columns: Row | null;
-  /** Shared by the members of one atomic batch. */
-  batch: string | null;
-  applyAfter: number | null; createdAt: number;
-  /** The committed horizon when the write was made. */
-  readSeq: number;
-  /** Has gone on the wire at least once (it is then never coalesced away). */
-  sent: boolean;
-  attempts: number;
-  /** Consecutive permanent refusals; at 5 the write becomes a dead letter. */
-  permanentFailures: number;
-  retryAt: number | null; lastError: string | null;
-}
-
-export interface DeadLetter { entry: PendingWrite; error: string; deadAt: number; }
-export interface Conflict {
-  table: string; pk: string; column: string; loser: unknown; winner: unknown;
-  loserSeq?: number | null; winnerSeq: number; loserBy?: string | null;
-}
-
-/** The payload of each event. */
-export interface KizunaEvents {
-  change: { origin: "local" | "remote" | "compensation"; keys: { table: string; pk: string }[] };
-  applied: { id: string; table: string; pk: string; seq: number | null };
-  rejected: { reason: "DELETE_WINS" | "RLS_DENIED" | "VALIDATION_FAILED" | "CONSTRAINT_VIOLATION" | "SCHEMA_MISMATCH" | "BATCH_ABORTED"; message: string | null; mutation: PendingWrite; serverRow: Row | null };
-  deadLetter: { entry: PendingWrite; error: string };
-  pushFailed: { code: string; message: string; retryable: boolean };
-  pullFailed: { code: string; message: string; retryable: boolean };
-  pullProgress: { pages: number; entries: number };
-  checkpoint: { cursor: string; horizon: number };
-  conflicts: { conflicts: Conflict[] };
-  checkpointExpired: Record<string, never>;
-  serverReset: Record<string, never>;
-  rehydrated: { horizon: number };
-}
-export type KizunaEventName = keyof KizunaEvents;
-
-/** The typed form of `on` (merged into the class): each event's listener gets its payload. */
-export interface KizunaClient {
-  on<K extends KizunaEventName>(name: K, listener: (event: KizunaEvents[K]) => void): () => void;
-}
-"#;
-
-/// An offline-first client over one IndexedDB database.
-#[wasm_bindgen]
+/// An offline-first client over one IndexedDB database. Its TypeScript declaration is written by
+/// hand in `typescript.rs` (generic over the app's tables), so wasm-bindgen's is skipped.
+#[wasm_bindgen(skip_typescript)]
 pub struct KizunaClient {
     inner: Rc<Inner>,
     scheduler: Rc<Scheduler>,
@@ -259,42 +155,42 @@ impl KizunaClient {
 impl KizunaClient {
     /// Opens (or creates) the local database and restores the outbox; starts the sync loops unless
     /// `autoSync: false`.
-    #[wasm_bindgen(unchecked_return_type = "Promise<KizunaClient>")]
-    pub fn open(#[wasm_bindgen(unchecked_param_type = "ClientOptions")] options: JsValue) -> Promise {
+    #[wasm_bindgen(skip_typescript)]
+    pub fn open(options: JsValue) -> Promise {
         future_to_promise(async move { Self::connect(options).await.map(JsValue::from) })
     }
 
     /// Creates the row, or assigns the columns it names when the row exists (the others keep
     /// their values), locally at once and then on the server.
-    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
-    pub fn put(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue,
-               #[wasm_bindgen(unchecked_param_type = "string")] pk: JsValue,
-               #[wasm_bindgen(unchecked_param_type = "Row")] row: JsValue,
-               #[wasm_bindgen(unchecked_optional_param_type = "WriteOptions")] options: Option<JsValue>) -> Promise {
+    #[wasm_bindgen(skip_typescript)]
+    pub fn put(&self, table: JsValue,
+               pk: JsValue,
+               row: JsValue,
+               options: Option<JsValue>) -> Promise {
         self.write(values::row(&row, "row").and_then(|row| single_write(&table, &pk, Op::Upsert, Some(row), options)).map(|w| vec![w]))
     }
 
     /// Assigns only the named columns of an existing row, locally and on the server.
-    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
-    pub fn patch(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue,
-                 #[wasm_bindgen(unchecked_param_type = "string")] pk: JsValue,
-                 #[wasm_bindgen(unchecked_param_type = "Row")] columns: JsValue,
-                 #[wasm_bindgen(unchecked_optional_param_type = "WriteOptions")] options: Option<JsValue>) -> Promise {
+    #[wasm_bindgen(skip_typescript)]
+    pub fn patch(&self, table: JsValue,
+                 pk: JsValue,
+                 columns: JsValue,
+                 options: Option<JsValue>) -> Promise {
         self.write(values::row(&columns, "columns").and_then(|c| single_write(&table, &pk, Op::Patch, Some(c), options)).map(|w| vec![w]))
     }
 
     /// Deletes the row locally and queues the delete.
-    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
-    pub fn delete(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue,
-                  #[wasm_bindgen(unchecked_param_type = "string")] pk: JsValue,
-                  #[wasm_bindgen(unchecked_optional_param_type = "WriteOptions")] options: Option<JsValue>) -> Promise {
+    #[wasm_bindgen(skip_typescript)]
+    pub fn delete(&self, table: JsValue,
+                  pk: JsValue,
+                  options: Option<JsValue>) -> Promise {
         self.write(single_write(&table, &pk, Op::Delete, None, options).map(|w| vec![w]))
     }
 
     /// Several writes as one atomic group: stored in one local transaction and applied by the
     /// server all or nothing.
-    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
-    pub fn batch(&self, #[wasm_bindgen(unchecked_param_type = "BatchWrite[]")] writes: JsValue) -> Promise {
+    #[wasm_bindgen(skip_typescript)]
+    pub fn batch(&self, writes: JsValue) -> Promise {
         let parsed = (|| -> Result<Vec<LocalWrite>, JsValue> {
             let list: js_sys::Array = writes.dyn_into().map_err(|_| invalid("batch takes an array of writes"))?;
             if list.length() == 0 {
@@ -320,9 +216,9 @@ impl KizunaClient {
     }
 
     /// The visible row, or null.
-    #[wasm_bindgen(unchecked_return_type = "Promise<Row | null>")]
-    pub fn get(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue,
-               #[wasm_bindgen(unchecked_param_type = "string")] pk: JsValue) -> Promise {
+    #[wasm_bindgen(skip_typescript)]
+    pub fn get(&self, table: JsValue,
+               pk: JsValue) -> Promise {
         let args = values::text(&table, "table").and_then(|t| Ok((t, values::text(&pk, "pk")?)));
         self.run_checked(args, |(table, pk), inner, _| async move {
             let record = inner.store.get_row(&table, &pk).await?;
@@ -331,8 +227,8 @@ impl KizunaClient {
     }
 
     /// Every visible row of a table.
-    #[wasm_bindgen(unchecked_return_type = "Promise<Row[]>")]
-    pub fn list(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue) -> Promise {
+    #[wasm_bindgen(skip_typescript)]
+    pub fn list(&self, table: JsValue) -> Promise {
         self.run_checked(values::text(&table, "table"), |table, inner, _| async move {
             Ok(rows_to_js(inner.store.rows_where("table", &table).await?))
         })
@@ -340,9 +236,9 @@ impl KizunaClient {
 
     /// Visible rows of a table whose columns equal every value in `where`; `bucket` narrows to one
     /// bucket through its index.
-    #[wasm_bindgen(unchecked_return_type = "Promise<Row[]>")]
-    pub fn query(&self, #[wasm_bindgen(unchecked_param_type = "string")] table: JsValue,
-                 #[wasm_bindgen(unchecked_optional_param_type = "QueryFilter")] filter: Option<JsValue>) -> Promise {
+    #[wasm_bindgen(skip_typescript)]
+    pub fn query(&self, table: JsValue,
+                 filter: Option<JsValue>) -> Promise {
         let parsed = (|| -> Result<(String, Row, Option<String>), JsValue> {
             let table = values::text(&table, "table")?;
             let Some(filter) = values::options(&filter.unwrap_or(JsValue::UNDEFINED), "filter")? else {
@@ -380,7 +276,7 @@ impl KizunaClient {
     }
 
     /// Pushes what is due, then pulls to the next committed checkpoint.
-    #[wasm_bindgen(unchecked_return_type = "Promise<SyncReport>")]
+    #[wasm_bindgen(skip_typescript)]
     pub fn sync(&self) -> Promise {
         self.run(|inner, scheduler| async move {
             let outcome = inner.sync().await;
@@ -390,7 +286,7 @@ impl KizunaClient {
     }
 
     /// Pulls to the next committed checkpoint without pushing.
-    #[wasm_bindgen(unchecked_return_type = "Promise<boolean>")]
+    #[wasm_bindgen(skip_typescript)]
     pub fn pull(&self) -> Promise {
         self.run(|inner, scheduler| async move {
             let outcome = inner.pull().await;
@@ -400,13 +296,13 @@ impl KizunaClient {
     }
 
     /// The committed checkpoint: cursor, horizon and when it was committed.
-    #[wasm_bindgen(js_name = getCheckpoint, unchecked_return_type = "Checkpoint")]
+    #[wasm_bindgen(skip_typescript, js_name = getCheckpoint)]
     pub fn get_checkpoint(&self) -> JsValue {
         let c = self.inner.checkpoint.borrow();
         to_js(&json!({ "cursor": c.cursor, "horizon": c.horizon, "committedAt": c.committed_at }))
     }
 
-    #[wasm_bindgen(js_name = getSyncHealth, unchecked_return_type = "SyncHealth")]
+    #[wasm_bindgen(skip_typescript, js_name = getSyncHealth)]
     pub fn get_sync_health(&self) -> JsValue {
         let h = self.inner.engine.borrow().health(now());
         to_js(&json!({
@@ -415,7 +311,7 @@ impl KizunaClient {
         }))
     }
 
-    #[wasm_bindgen(unchecked_return_type = "SyncStatus")]
+    #[wasm_bindgen(skip_typescript)]
     pub fn status(&self) -> JsValue {
         let s = self.inner.engine.borrow().status();
         to_js(&json!({
@@ -425,19 +321,19 @@ impl KizunaClient {
     }
 
     /// The writes waiting in the outbox, oldest first.
-    #[wasm_bindgen(js_name = pendingWrites, unchecked_return_type = "PendingWrite[]")]
+    #[wasm_bindgen(skip_typescript, js_name = pendingWrites)]
     pub fn pending_writes(&self) -> JsValue {
         to_js(&self.inner.engine.borrow().outbox().map(events::entry_json).collect::<Vec<_>>())
     }
 
     /// Writes moved out of the queue after exhausting their budget, kept until requeued or discarded.
-    #[wasm_bindgen(js_name = deadLetters, unchecked_return_type = "DeadLetter[]")]
+    #[wasm_bindgen(skip_typescript, js_name = deadLetters)]
     pub fn dead_letters(&self) -> JsValue {
         to_js(&self.inner.engine.borrow().dead_letters().iter().map(events::dead_letter_json).collect::<Vec<_>>())
     }
 
     /// Puts a dead letter back in the queue with a fresh budget (and a new id and sequence number).
-    #[wasm_bindgen(js_name = requeueDeadLetter, unchecked_return_type = "Promise<void>")]
+    #[wasm_bindgen(skip_typescript, js_name = requeueDeadLetter)]
     pub fn requeue_dead_letter(&self, seq: f64) -> Promise {
         self.run_checked(values::whole_number(seq, "seq"), |seq, inner, scheduler| async move {
             inner.requeue_dead(seq).await?;
@@ -447,7 +343,7 @@ impl KizunaClient {
     }
 
     /// Drops a dead letter for good and restores the row it had changed.
-    #[wasm_bindgen(js_name = discardDeadLetter, unchecked_return_type = "Promise<void>")]
+    #[wasm_bindgen(skip_typescript, js_name = discardDeadLetter)]
     pub fn discard_dead_letter(&self, seq: f64) -> Promise {
         self.run_checked(values::whole_number(seq, "seq"), |seq, inner, _| async move {
             inner.discard_dead(seq).await?;
@@ -456,11 +352,11 @@ impl KizunaClient {
     }
 
     /// Subscribes to an event; returns a function that unsubscribes.
-    #[wasm_bindgen(unchecked_return_type = "() => void")]
+    #[wasm_bindgen(skip_typescript)]
     // TypeScript sees the generic signature of the `KizunaClient` interface above, which types each
     // listener by its event; `never` keeps it from settling on this untyped one instead.
-    pub fn on(&self, #[wasm_bindgen(unchecked_param_type = "never")] name: JsValue,
-              #[wasm_bindgen(unchecked_param_type = "never")] listener: JsValue) -> Result<Function, JsValue> {
+    pub fn on(&self, name: JsValue,
+              listener: JsValue) -> Result<Function, JsValue> {
         let name = values::text(&name, "name")?;
         if !EVENT_NAMES.contains(&name.as_str()) {
             return Err(invalid(format!("unknown event '{name}'; known: {}", EVENT_NAMES.join(", "))));
@@ -478,6 +374,7 @@ impl KizunaClient {
 
     /// Stops the loops, closes the database and lets another client open it. Pending writes stay
     /// in the outbox for next time. Closing twice does nothing more.
+    #[wasm_bindgen(skip_typescript)]
     pub fn close(&self) {
         self.inner.closed.set(true);
         scheduler::stop(&self.scheduler);

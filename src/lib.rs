@@ -14,6 +14,7 @@ mod runner;
 mod scheduler;
 mod store;
 mod transport;
+mod typescript;
 mod values;
 
 pub use api::KizunaClient;
