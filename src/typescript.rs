@@ -1,5 +1,7 @@
 //! The package's TypeScript declarations, written by hand: the client class is generic over the
-//! app's tables, which wasm-bindgen cannot express, so its generated declaration is skipped.
+//! app's tables, which wasm-bindgen cannot express, so its generated declaration is skipped. The
+//! shipped `.d.ts` holds no `any` (scripts/package.sh checks it, and turns the `any` of
+//! wasm-bindgen's raw wasm exports into `unknown`), so these comments avoid the word as well.
 
 use wasm_bindgen::prelude::*;
 
@@ -8,8 +10,99 @@ const TS_TYPES: &str = r#"
 /** A row: column name to JSON value. */
 export type Row = Record<string, unknown>;
 
+/**
+ * The table map of an app that declares none: every table name is allowed and rows are `Row`.
+ * An app declares its own map (an `interface` or a type) and passes it as `KizunaClient.open<Tables>(...)`.
+ */
+export type AnyTables = Record<string, Row>;
+
+/** The table names of a table map. */
+export type TableName<DB extends object> = Extract<keyof DB, string>;
+
+/** The row type of table `T` in a table map. */
+export type RowOf<DB extends object, T extends TableName<DB>> = DB[T] extends object ? DB[T] : Row;
+
+/**
+ * A table map from a supabase-js generated `Database` type (`supabase gen types typescript`):
+ * each table of the schema (default "public") mapped to its `Row` type.
+ *
+ * ```ts
+ * const client = await KizunaClient.open<FromSupabase<Database>>({ ... });
+ * ```
+ */
+export type FromSupabase<D, Schema extends string = "public"> =
+  D extends { [S in Schema]: { Tables: infer Tables } }
+    ? { [T in Extract<keyof Tables, string>]: Tables[T] extends { Row: infer R extends object } ? R : Row }
+    : never;
+
+/**
+ * Every error code the client and its server are known to produce. Codes of the server's
+ * database (PostgreSQL SQLSTATEs such as "42501" or "22P05") come through as they are, so the
+ * union stays open.
+ */
+export type ErrorCode =
+  /** A bad argument or option; the message names it. Nothing was stored. */
+  | "INVALID_ARGUMENT"
+  /** requeueDeadLetter/discardDeadLetter of a seq that is not a dead letter. */
+  | "NOT_FOUND"
+  /** A call after close(). */
+  | "CLIENT_CLOSED"
+  /** IndexedDB refused or failed. */
+  | "STORAGE_FAILED"
+  /** IndexedDB is not available in this context. */
+  | "STORAGE_UNAVAILABLE"
+  /** IndexedDB holds a record this version cannot read. */
+  | "STORAGE_CORRUPT"
+  /** sync() while the browser reports no network. Retryable. */
+  | "OFFLINE"
+  /** No answer, or a cut-off answer. Retryable. */
+  | "NETWORK"
+  /** No whole answer within `requestTimeoutMs`. Retryable. */
+  | "TIMEOUT"
+  /** The token provider returned no token or threw. Retryable. */
+  | "AUTH_SESSION_MISSING"
+  /** The token provider did not settle within 10 s. Retryable. */
+  | "AUTH_SESSION_TIMEOUT"
+  /** The server's push answer does not fit the request. Retryable. */
+  | "BAD_RESPONSE"
+  /** A pull page would have moved the checkpoint backwards; the run is retried. */
+  | "PULL_ABANDONED"
+  | "CURSOR_REGRESSION"
+  /** Malformed request (the SQL pack or the gateway). Permanent. */
+  | "KZP01"
+  /** More mutations than the table's `max_batch_size`. The slice is halved. */
+  | "KZP02"
+  /** Unsupported protocol version. Permanent. */
+  | "KZP03"
+  /** A row over the pack's `max_row_bytes`. Permanent. */
+  | "KZP04"
+  /** The server refused the token (HTTP 401). Retryable: the session may refresh. */
+  | "KZA01"
+  /** Request body over the gateway's limit (HTTP 413). The slice is halved. */
+  | "KZG01"
+  /** A body that is not JSON, or not of the expected shape (HTTP 400). Permanent. */
+  | "KZG02"
+  /** The database or its pool is unavailable (HTTP 503). Retryable. */
+  | "KZG03"
+  /** No such endpoint or method (HTTP 404/405), usually a wrong `url`. Retryable. */
+  | "KZG04"
+  /** This caller has too many requests in flight (HTTP 429). Retryable. */
+  | "KZG05"
+  | (string & {});
+
+/** What the client throws, and what its promises reject with. */
+export interface KizunaError extends Error {
+  name: "KizunaError";
+  code: ErrorCode;
+  /** Present where the client decided it: whether trying again later can succeed. */
+  retryable?: boolean;
+}
+
+/** True when `e` is an error thrown by the client (answers at once). */
+export function isKizunaError(e: unknown): e is KizunaError;
+
 export interface ClientOptions {
-  /** IndexedDB database name; one per user and app. */
+  /** IndexedDB database name; one per user and app. Every tab may open the same name. */
   name: string;
   /** Base URL of the gateway or Supabase project, e.g. "http://127.0.0.1:8787". */
   url: string;
@@ -48,18 +141,25 @@ export interface WriteOptions {
   latestOnly?: boolean;
 }
 
-export type BatchWrite =
-  | { op: "upsert"; table: string; pk: string; row: Row }
-  | { op: "patch"; table: string; pk: string; columns: Row }
-  | { op: "delete"; table: string; pk: string };
+/** One member of `batch(writes)`: an upsert, patch or delete of one row of one table. */
+export type BatchWrite<DB extends object = AnyTables> = {
+  [T in TableName<DB>]:
+    | { op: "upsert"; table: T; pk: string; row: Partial<RowOf<DB, T>> }
+    | { op: "patch"; table: T; pk: string; columns: Partial<RowOf<DB, T>> }
+    | { op: "delete"; table: T; pk: string };
+}[TableName<DB>];
 
 export interface Checkpoint { cursor: string | null; horizon: number; committedAt: number | null; }
-export interface SyncHealth { failureStreak: number; lastError: string | null; lastSuccessAt: number | null; inFlight: boolean; online: boolean; }
+export interface SyncHealth {
+  failureStreak: number; lastError: string | null; lastSuccessAt: number | null; inFlight: boolean; online: boolean;
+  /** This tab runs the sync loops for every tab of this database. */
+  leader: boolean;
+}
 export interface SyncStatus { pending: number; retrying: number; deadLetters: number; applied: number; rejected: number; skipped: number; delayed: number; }
-export interface SyncReport { pushes: number; pulled: boolean; pushError: { code: string; message: string; status: number | null } | null; }
-export interface QueryFilter {
+export interface SyncReport { pushes: number; pulled: boolean; pushError: { code: ErrorCode; message: string; status: number | null } | null; }
+export interface QueryFilter<R extends object = Row> {
   /** Columns that must equal these values. */
-  where?: Row;
+  where?: Partial<R>;
   /** Only rows the server placed in this bucket (and rows written here that no pull has placed yet). */
   bucket?: string;
 }
@@ -86,15 +186,23 @@ export interface Conflict {
   loserSeq?: number | null; winnerSeq: number; loserBy?: string | null;
 }
 
+/** Why the server refused one write (the `rejected` event). */
+export type RejectReason = "DELETE_WINS" | "RLS_DENIED" | "VALIDATION_FAILED" | "CONSTRAINT_VIOLATION" | "SCHEMA_MISMATCH" | "BATCH_ABORTED";
+
 /** The payload of each event. */
 export interface KizunaEvents {
   change: { origin: "local" | "remote" | "compensation"; keys: { table: string; pk: string }[] };
   applied: { id: string; table: string; pk: string; seq: number | null };
-  rejected: { reason: "DELETE_WINS" | "RLS_DENIED" | "VALIDATION_FAILED" | "CONSTRAINT_VIOLATION" | "SCHEMA_MISMATCH" | "BATCH_ABORTED"; message: string | null; mutation: PendingWrite; serverRow: Row | null };
+  rejected: { reason: RejectReason; message: string | null; mutation: PendingWrite; serverRow: Row | null };
   deadLetter: { entry: PendingWrite; error: string };
-  pushFailed: { code: string; message: string; retryable: boolean };
-  pullFailed: { code: string; message: string; retryable: boolean };
-  pullProgress: { pages: number; entries: number };
+  pushFailed: { code: ErrorCode; message: string; retryable: boolean };
+  pullFailed: { code: ErrorCode; message: string; retryable: boolean };
+  /**
+   * A pull run's progress. `total` is the server's count of the entries the run will deliver,
+   * given with the first page (null when the server does not say); on the closing page
+   * `entries === total`, so progress ends at 100%.
+   */
+  pullProgress: { pages: number; entries: number; total: number | null };
   checkpoint: { cursor: string; horizon: number };
   conflicts: { conflicts: Conflict[] };
   checkpointExpired: Record<string, never>;
@@ -103,41 +211,76 @@ export interface KizunaEvents {
 }
 export type KizunaEventName = keyof KizunaEvents;
 
-/** An offline-first client over one IndexedDB database. */
-export class KizunaClient {
+declare global {
+  /**
+   * Empty where the app's `lib` has no explicit resource management (ES2023 and older), so the
+   * client is `Disposable` (usable with `using`) exactly where the language has it.
+   */
+  interface Disposable {}
+}
+
+/**
+ * An offline-first client over one IndexedDB database, generic over the app's tables:
+ * `KizunaClient.open<Tables>(...)` types every read and write by table name.
+ * Reads and writes return promises; the status methods (getCheckpoint, getSyncHealth, status,
+ * pendingWrites, deadLetters), on, watch and close answer at once.
+ */
+export class KizunaClient<DB extends object = AnyTables> {
   private constructor();
+  /** Answers at once. Closes the client (as close() does) and frees its wasm memory. */
   free(): void;
-  [Symbol.dispose](): void;
-  /** Opens (or creates) the local database and restores the outbox; starts the sync loops unless `autoSync: false`. */
-  static open(options: ClientOptions): Promise<KizunaClient>;
-  /** Creates the row, or assigns the columns it names when the row exists. */
-  put(table: string, pk: string, row: Row, options?: WriteOptions): Promise<void>;
-  /** Assigns only the named columns of an existing row. */
-  patch(table: string, pk: string, columns: Row, options?: WriteOptions): Promise<void>;
-  /** Deletes the row locally and queues the delete. */
-  delete(table: string, pk: string, options?: WriteOptions): Promise<void>;
-  /** Several writes as one atomic group. */
-  batch(writes: BatchWrite[]): Promise<void>;
-  /** The visible row, or null. */
-  get(table: string, pk: string): Promise<Row | null>;
-  /** Every visible row of a table. */
-  list(table: string): Promise<Row[]>;
-  /** Visible rows of a table matching the filter. */
-  query(table: string, filter?: QueryFilter): Promise<Row[]>;
-  /** Pushes what is due, then pulls to the next committed checkpoint. */
+  /**
+   * Returns a promise of the client. Opens (or creates) the local database and restores the
+   * outbox; starts the sync loops unless `autoSync: false`. Every tab may open the same database:
+   * one of them, the leader, runs the sync loops for all.
+   */
+  static open<DB extends object = AnyTables>(options: ClientOptions): Promise<KizunaClient<DB>>;
+  /**
+   * Returns a promise, settled once the write is stored locally (the server comes later).
+   * Creates the row, or assigns the columns it names when the row exists (the others keep their values).
+   */
+  put<T extends TableName<DB>>(table: T, pk: string, row: Partial<RowOf<DB, T>>, options?: WriteOptions): Promise<void>;
+  /** Returns a promise, settled once stored locally. Assigns only the named columns of an existing row. */
+  patch<T extends TableName<DB>>(table: T, pk: string, columns: Partial<RowOf<DB, T>>, options?: WriteOptions): Promise<void>;
+  /** Returns a promise, settled once stored locally. Deletes the row locally and queues the delete. */
+  delete<T extends TableName<DB>>(table: T, pk: string, options?: WriteOptions): Promise<void>;
+  /** Returns a promise, settled once stored locally. Several writes as one atomic group, locally and on the server. */
+  batch(writes: BatchWrite<DB>[]): Promise<void>;
+  /** Returns a promise of the visible row, or null. */
+  get<T extends TableName<DB>>(table: T, pk: string): Promise<RowOf<DB, T> | null>;
+  /** Returns a promise of every visible row of a table. */
+  list<T extends TableName<DB>>(table: T): Promise<RowOf<DB, T>[]>;
+  /** Returns a promise of the visible rows of a table matching the filter. */
+  query<T extends TableName<DB>>(table: T, filter?: QueryFilter<RowOf<DB, T>>): Promise<RowOf<DB, T>[]>;
+  /**
+   * Answers at once with a function that unsubscribes. Calls `listener` soon after the call
+   * (asynchronously) with the rows `query(table, filter)` gives, then again after each committed
+   * change that alters them, made in this tab or another. A bad argument throws at once a
+   * KizunaError with code INVALID_ARGUMENT.
+   */
+  watch<T extends TableName<DB>>(table: T, filter: QueryFilter<RowOf<DB, T>> | undefined, listener: (rows: RowOf<DB, T>[]) => void): () => void;
+  /** Returns a promise of the report. Pushes what is due, then pulls to the next committed checkpoint (through the leader tab). */
   sync(): Promise<SyncReport>;
-  /** Pulls to the next committed checkpoint without pushing. */
+  /** Returns a promise: whether a checkpoint was committed. Pulls to the next committed checkpoint without pushing. */
   pull(): Promise<boolean>;
+  /** Answers at once: the committed checkpoint. */
   getCheckpoint(): Checkpoint;
+  /** Answers at once: the sync loops' health, and whether this tab is the leader. */
   getSyncHealth(): SyncHealth;
+  /** Answers at once: the outbox counters. */
   status(): SyncStatus;
+  /** Answers at once: the writes waiting in the outbox, oldest first. */
   pendingWrites(): PendingWrite[];
+  /** Answers at once: the writes the server refused five times. */
   deadLetters(): DeadLetter[];
+  /** Returns a promise. Puts a dead letter back in the outbox. */
   requeueDeadLetter(seq: number): Promise<void>;
+  /** Returns a promise. Drops a dead letter and restores the server's row. */
   discardDeadLetter(seq: number): Promise<void>;
-  /** Subscribes to an event; returns a function that unsubscribes. */
+  /** Answers at once with a function that unsubscribes. Subscribes to an event. */
   on<K extends KizunaEventName>(name: K, listener: (event: KizunaEvents[K]) => void): () => void;
-  /** Stops the loops and closes the database. Pending writes stay in the outbox. */
+  /** Answers at once. Stops the loops and closes the database. Pending writes stay in the outbox. */
   close(): void;
 }
+export interface KizunaClient<DB extends object = AnyTables> extends Disposable {}
 "#;
