@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-tools.sh
 source scripts/lib.sh
-wasm-pack build --release --target web --out-dir pkg
+scripts/package.sh --release
 cargo build -p kizuna-server
 ensure_database demo
 start_gateway --www www --pkg pkg --dev-tokens --init-sql server/sql/examples/todos.sql

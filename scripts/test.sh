@@ -38,9 +38,10 @@ KIZUNA_TEST_URL="$gateway_url" KIZUNA_TEST_JWT_SECRET="$secret" CHROMEDRIVER=/us
   WASM_BINDGEN_TEST_TIMEOUT=600 runner "browser tests (headless Chromium, real gateway, real PostgreSQL)" \
   wasm-pack test --headless --chrome -- --test browser
 
-runner "build the npm package for the demo page" wasm-pack build --dev --target web --out-dir pkg
-runner "the package's TypeScript types, as an app uses them (tsc --strict)" \
-  tsc --noEmit --strict --target es2022 --module es2022 --moduleResolution bundler --lib esnext,dom tests/types/usage.ts
+runner "build the npm package (wasm-pack, its README and metadata, no any in its types)" scripts/package.sh --dev
+runner "the package's TypeScript types, as an app uses them (tsc --strict, skipLibCheck off)" \
+  tsc --noEmit --strict --skipLibCheck false --target es2022 --module es2022 --moduleResolution bundler --lib esnext,dom \
+  tests/types/usage.ts tests/types/typed.ts
 demo_db=$(fresh_database kizuna_demo_test)
 DATABASE_URL="$demo_db" start_gateway --www www --pkg pkg --dev-tokens --init-sql server/sql/examples/todos.sql
 KIZUNA_DEMO_URL="$gateway_url" runner "demo page (the npm package in a page, headless Chromium via Playwright)" \
