@@ -26,6 +26,10 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$bindgen_ver
 fi
 command -v wasm-pack >/dev/null || { echo "setup: cargo install wasm-pack"; cargo install --quiet wasm-pack; }
 
+# The Vite app of scripts/app-test.sh installs vite 8, which needs node ^20.19 or >= 22.12.
+node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit((a === 20 && b >= 19) || (a === 22 && b >= 12) || a > 22 ? 0 : 1)' \
+  || { echo "setup: node $(node --version) is too old for vite 8 (needs ^20.19 or >= 22.12)" >&2; exit 1; }
+
 # A wasm-opt on PATH keeps wasm-pack from downloading binaryen; npm's build is current enough
 # for the features rustc emits today, Debian's is not.
 if [ ! -x tools/node_modules/.bin/wasm-opt ] || [ ! -d tools/node_modules/playwright-core ] || [ ! -x tools/node_modules/.bin/tsc ]; then

@@ -46,6 +46,8 @@ demo_db=$(fresh_database kizuna_demo_test)
 DATABASE_URL="$demo_db" start_gateway --www www --pkg pkg --dev-tokens --init-sql server/sql/examples/todos.sql
 KIZUNA_DEMO_URL="$gateway_url" runner "demo page (the npm package in a page, headless Chromium via Playwright)" \
   node --test tests/demo/
+runner "the npm package in a fresh Vite + TypeScript app (npm pack, its tsc, vite build, Chromium via Playwright)" \
+  scripts/app-test.sh
 
 # One closing line over every runner: Rust's harnesses and node's.
 count() { grep -hoE "$1" "$log" | grep -oE '[0-9]+' | awk '{s += $1} END {print s + 0}'; }
