@@ -75,14 +75,17 @@ async function main(): Promise<void> {
     if (e.table === "todos" && e.pk === id) applied += 1;
   });
   // watch() is newer than some builds of the package: use it where the build has it.
-  if ("watch" in client && typeof client.watch === "function") {
-    show("watch", "yes");
+  let watchSaw: () => void = () => {};
+  const watchSees = new Promise<void>((resolve) => (watchSaw = resolve));
+  const watching = "watch" in client && typeof client.watch === "function";
+  show("watch", watching ? "yes" : "no");
+  if (watching) {
     client.watch("todos", { where: { done: false } }, (rows) => {
-      show("watched", String(rows.filter((t) => t.id === id).length));
+      const mine = rows.filter((t) => t.id === id).length;
+      show("watched", String(mine));
+      if (mine > 0) watchSaw();
       render(rows);
     });
-  } else {
-    show("watch", "no");
   }
 
   if (mode === "read") {
@@ -103,6 +106,8 @@ async function main(): Promise<void> {
     show("owner", mine[0]?.owner ?? "");
     show("pending", String(client.status().pending));
     show("applied", String(applied));
+    // The watcher is told after each committed change; give it a moment to catch up.
+    if (watching) await Promise.race([watchSees, new Promise((resolve) => setTimeout(resolve, 5000))]);
     show("result", `synced:${mine.length}`);
   }
   const health = client.getSyncHealth();
