@@ -18,12 +18,13 @@ use wasm_bindgen_futures::future_to_promise;
 use crate::error::ClientError;
 use crate::events::{self, Listeners, EVENT_NAMES};
 use crate::js;
-use crate::lock::DatabaseLock;
 use crate::runner::{now, Inner};
 use crate::scheduler::{self, Scheduler};
 use crate::options::ClientOptions;
 use crate::store::Store;
+use crate::tabs::{self, Tabs};
 use crate::values;
+use crate::watch::{self, Filter, Watches};
 
 
 /// An offline-first client over one IndexedDB database. Its TypeScript declaration is written by
@@ -31,8 +32,6 @@ use crate::values;
 #[wasm_bindgen(skip_typescript)]
 pub struct KizunaClient {
     inner: Rc<Inner>,
-    scheduler: Rc<Scheduler>,
-    lock: RefCell<DatabaseLock>,
 }
 
 pub(crate) fn invalid(message: impl Into<String>) -> JsValue {
@@ -88,16 +87,31 @@ impl KizunaClient {
     /// `open` for Rust callers (the browser tests drive the same code path JS does).
     pub async fn connect(options: JsValue) -> Result<KizunaClient, JsValue> {
         let ClientOptions { name, config, transport, auto_sync, realtime_wakeups } = ClientOptions::parse(&options)?;
-        let lock = DatabaseLock::acquire(&name).await?;
         let store = Store::open(&name).await?;
-        let state = match store.load().await? {
+        let (state, stamp) = store.load().await?;
+        let state = match state {
             Some(state) => state,
-            None => Engine::fresh_state(random_uuid()),
+            None => {
+                // The first tab to open a new database writes its identity; a tab that raced it
+                // there finds it written and takes it.
+                let txn = store.begin().await?;
+                let state = match txn.load_state().await? {
+                    Some(state) => state,
+                    None => {
+                        let fresh = Engine::fresh_state(random_uuid());
+                        txn.apply(&[kizuna_engine::StoreOp::PutMeta(fresh.meta.clone())])?;
+                        fresh
+                    }
+                };
+                txn.commit().await?;
+                state
+            }
         };
         let seed = random_seed();
         let engine = Engine::new(config.clone(), state, seed);
         let checkpoint = engine.checkpoint().clone();
-        let inner = Rc::new(Inner {
+        let tab = random_uuid().to_string();
+        let inner = Rc::new_cyclic(|me| Inner {
             store,
             engine: RefCell::new(engine),
             config,
@@ -107,45 +121,44 @@ impl KizunaClient {
             closed: Cell::new(false),
             seed: Cell::new(seed),
             checkpoint: RefCell::new(checkpoint),
+            version: Cell::new(stamp.version),
+            tabs: Tabs::new(&name, tab, js_sys::Math::random()),
+            scheduler: Rc::new(Scheduler::default()),
+            watches: Watches::default(),
+            auto_sync,
+            realtime_wakeups,
+            me: me.clone(),
         });
-        let scheduler = Rc::new(Scheduler::default());
-        if auto_sync {
-            scheduler.enabled.set(true);
-            scheduler::watch_connectivity(&inner, &scheduler);
-            if realtime_wakeups {
-                scheduler::open_wake_stream(&inner, &scheduler);
-            }
-            scheduler::arm(&inner, &scheduler);
-        }
-        Ok(KizunaClient { inner, scheduler, lock: RefCell::new(lock) })
+        tabs::join(&inner);
+        Ok(KizunaClient { inner })
     }
 
-    fn run<F>(&self, body: impl FnOnce(Rc<Inner>, Rc<Scheduler>) -> F) -> Promise
+    fn run<F>(&self, body: impl FnOnce(Rc<Inner>) -> F) -> Promise
     where
         F: std::future::Future<Output = Result<JsValue, JsValue>> + 'static,
     {
         if self.inner.closed.get() {
             return Promise::reject(&ClientError::new("CLIENT_CLOSED", "this client was closed").into());
         }
-        future_to_promise(body(self.inner.clone(), self.scheduler.clone()))
+        future_to_promise(body(self.inner.clone()))
     }
 
     /// `run` with checked arguments: a refused argument is the promise's rejection, and nothing
     /// runs.
-    fn run_checked<A, F>(&self, args: Result<A, JsValue>, body: impl FnOnce(A, Rc<Inner>, Rc<Scheduler>) -> F) -> Promise
+    fn run_checked<A, F>(&self, args: Result<A, JsValue>, body: impl FnOnce(A, Rc<Inner>) -> F) -> Promise
     where
         F: std::future::Future<Output = Result<JsValue, JsValue>> + 'static,
     {
         match args {
-            Ok(args) => self.run(|inner, scheduler| body(args, inner, scheduler)),
+            Ok(args) => self.run(|inner| body(args, inner)),
             Err(e) => Promise::reject(&e),
         }
     }
 
     fn write(&self, writes: Result<Vec<LocalWrite>, JsValue>) -> Promise {
-        self.run_checked(writes, |writes, inner, scheduler| async move {
+        self.run_checked(writes, |writes, inner| async move {
             inner.write(writes).await?;
-            scheduler::arm(&inner, &scheduler);
+            scheduler::arm(&inner);
             Ok(JsValue::UNDEFINED)
         })
     }
@@ -220,7 +233,7 @@ impl KizunaClient {
     pub fn get(&self, table: JsValue,
                pk: JsValue) -> Promise {
         let args = values::text(&table, "table").and_then(|t| Ok((t, values::text(&pk, "pk")?)));
-        self.run_checked(args, |(table, pk), inner, _| async move {
+        self.run_checked(args, |(table, pk), inner| async move {
             let record = inner.store.get_row(&table, &pk).await?;
             Ok(record.and_then(|r| r.visible).map(|row| to_js(&Value::Object(row))).unwrap_or(JsValue::NULL))
         })
@@ -229,7 +242,7 @@ impl KizunaClient {
     /// Every visible row of a table.
     #[wasm_bindgen(skip_typescript)]
     pub fn list(&self, table: JsValue) -> Promise {
-        self.run_checked(values::text(&table, "table"), |table, inner, _| async move {
+        self.run_checked(values::text(&table, "table"), |table, inner| async move {
             Ok(rows_to_js(inner.store.rows_where("table", &table).await?))
         })
     }
@@ -237,50 +250,44 @@ impl KizunaClient {
     /// Visible rows of a table whose columns equal every value in `where`; `bucket` narrows to one
     /// bucket through its index.
     #[wasm_bindgen(skip_typescript)]
-    pub fn query(&self, table: JsValue,
-                 filter: Option<JsValue>) -> Promise {
-        let parsed = (|| -> Result<(String, Row, Option<String>), JsValue> {
-            let table = values::text(&table, "table")?;
-            let Some(filter) = values::options(&filter.unwrap_or(JsValue::UNDEFINED), "filter")? else {
-                return Ok((table, Row::new(), None));
-            };
-            for key in js_sys::Object::keys(&filter).iter().filter_map(|k| k.as_string()) {
-                if key != "where" && key != "bucket" {
-                    return Err(invalid(format!("unknown filter key '{key}'; known: where, bucket")));
-                }
-            }
-            let w = Reflect::get(&filter, &"where".into()).unwrap_or_default();
-            let conditions = if w.is_undefined() { Row::new() } else { values::row(&w, "filter.where")? };
-            let b = Reflect::get(&filter, &"bucket".into()).unwrap_or_default();
-            let bucket = if b.is_undefined() { None } else { Some(values::text(&b, "filter.bucket")?) };
-            Ok((table, conditions, bucket))
-        })();
-        self.run_checked(parsed, |(table, conditions, bucket), inner, _| async move {
-            let records = match &bucket {
-                Some(b) => {
-                    let mut placed: Vec<RowRecord> = inner.store.rows_where("bucket", b).await?.into_iter().filter(|r| r.table == table).collect();
-                    // Read your writes: a row written here has no bucket until a pull places it,
-                    // and the app asked for its own rows too.
-                    let engine = inner.engine.borrow();
-                    placed.extend(engine.tracked_rows().filter(|r| r.table == table && r.bucket.is_none()).cloned());
-                    placed
-                }
-                None => inner.store.rows_where("table", &table).await?,
-            };
-            let matching = records
-                .into_iter()
-                .filter(|r| r.visible.as_ref().is_some_and(|row| conditions.iter().all(|(k, v)| row.get(k) == Some(v))))
-                .collect();
-            Ok(rows_to_js(matching))
+    pub fn query(&self, table: JsValue, filter: Option<JsValue>) -> Promise {
+        let parsed = values::text(&table, "table").and_then(|t| Ok((t, Filter::parse(filter)?)));
+        self.run_checked(parsed, |(table, filter), inner| async move {
+            let rows: Vec<Value> = filter.evaluate(&inner, &table).await?.into_values().map(Value::Object).collect();
+            Ok(to_js(&Value::Array(rows)))
         })
+    }
+
+    /// A live query: `listener` gets the rows of `table` that `filter` admits soon after the call,
+    /// then again after every committed change that alters them (local writes in any tab, pulls,
+    /// verdicts, compensations, rehydration). Returns the function that stops it.
+    #[wasm_bindgen(skip_typescript)]
+    pub fn watch(&self, table: JsValue, filter: JsValue, listener: JsValue) -> Result<Function, JsValue> {
+        if self.inner.closed.get() {
+            return Err(ClientError::new("CLIENT_CLOSED", "this client was closed").into());
+        }
+        let table = values::text(&table, "table")?;
+        let filter = Filter::parse((!filter.is_undefined() && !filter.is_null()).then_some(filter))?;
+        let listener: Function = listener.dyn_into().map_err(|_| invalid("listener must be a function"))?;
+        let id = watch::watch(&self.inner, table, filter, listener);
+        let inner = Rc::downgrade(&self.inner);
+        let stop = Closure::once_into_js(move || {
+            if let Some(inner) = inner.upgrade() {
+                watch::unwatch(&inner, id);
+            }
+        });
+        Ok(stop.unchecked_into())
     }
 
     /// Pushes what is due, then pulls to the next committed checkpoint.
     #[wasm_bindgen(skip_typescript)]
     pub fn sync(&self) -> Promise {
-        self.run(|inner, scheduler| async move {
+        self.run(|inner| async move {
+            if !inner.tabs.leading() {
+                return tabs::forward(&inner, "sync").await;
+            }
             let outcome = inner.sync().await;
-            scheduler::arm(&inner, &scheduler);
+            scheduler::arm(&inner);
             Ok(to_js(&outcome?.to_json()))
         })
     }
@@ -288,9 +295,12 @@ impl KizunaClient {
     /// Pulls to the next committed checkpoint without pushing.
     #[wasm_bindgen(skip_typescript)]
     pub fn pull(&self) -> Promise {
-        self.run(|inner, scheduler| async move {
+        self.run(|inner| async move {
+            if !inner.tabs.leading() {
+                return tabs::forward(&inner, "pull").await;
+            }
             let outcome = inner.pull().await;
-            scheduler::arm(&inner, &scheduler);
+            scheduler::arm(&inner);
             Ok(JsValue::from_bool(outcome?))
         })
     }
@@ -304,11 +314,7 @@ impl KizunaClient {
 
     #[wasm_bindgen(skip_typescript, js_name = getSyncHealth)]
     pub fn get_sync_health(&self) -> JsValue {
-        let h = self.inner.engine.borrow().health(now());
-        to_js(&json!({
-            "failureStreak": h.failure_streak, "lastError": h.last_error, "lastSuccessAt": h.last_success_at,
-            "inFlight": h.in_flight, "online": h.online,
-        }))
+        to_js(&self.inner.health_json())
     }
 
     #[wasm_bindgen(skip_typescript)]
@@ -335,9 +341,9 @@ impl KizunaClient {
     /// Puts a dead letter back in the queue with a fresh budget (and a new id and sequence number).
     #[wasm_bindgen(skip_typescript, js_name = requeueDeadLetter)]
     pub fn requeue_dead_letter(&self, seq: f64) -> Promise {
-        self.run_checked(values::whole_number(seq, "seq"), |seq, inner, scheduler| async move {
+        self.run_checked(values::whole_number(seq, "seq"), |seq, inner| async move {
             inner.requeue_dead(seq).await?;
-            scheduler::arm(&inner, &scheduler);
+            scheduler::arm(&inner);
             Ok(JsValue::UNDEFINED)
         })
     }
@@ -345,7 +351,7 @@ impl KizunaClient {
     /// Drops a dead letter for good and restores the row it had changed.
     #[wasm_bindgen(skip_typescript, js_name = discardDeadLetter)]
     pub fn discard_dead_letter(&self, seq: f64) -> Promise {
-        self.run_checked(values::whole_number(seq, "seq"), |seq, inner, _| async move {
+        self.run_checked(values::whole_number(seq, "seq"), |seq, inner| async move {
             inner.discard_dead(seq).await?;
             Ok(JsValue::UNDEFINED)
         })
@@ -376,10 +382,13 @@ impl KizunaClient {
     /// in the outbox for next time. Closing twice does nothing more.
     #[wasm_bindgen(skip_typescript)]
     pub fn close(&self) {
-        self.inner.closed.set(true);
-        scheduler::stop(&self.scheduler);
+        if self.inner.closed.replace(true) {
+            return;
+        }
+        scheduler::stop(&self.inner.scheduler);
+        tabs::leave(&self.inner);
+        self.inner.watches.clear();
         self.inner.store.close();
-        self.lock.borrow_mut().release();
     }
 }
 
@@ -389,4 +398,13 @@ impl Drop for KizunaClient {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+/// True when `error` is an error this package threw or rejected with: an `Error` named
+/// `KizunaError` with a string `code`.
+#[wasm_bindgen(js_name = isKizunaError, skip_typescript)]
+pub fn is_kizuna_error(error: JsValue) -> bool {
+    error.is_instance_of::<js_sys::Error>()
+        && Reflect::get(&error, &"name".into()).ok().and_then(|n| n.as_string()).as_deref() == Some("KizunaError")
+        && Reflect::get(&error, &"code".into()).ok().is_some_and(|c| c.is_string())
 }

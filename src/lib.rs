@@ -8,16 +8,18 @@ mod api;
 mod error;
 mod events;
 mod js;
-mod lock;
+mod leader;
 mod options;
 mod runner;
 mod scheduler;
 mod store;
+mod tabs;
 mod transport;
 mod typescript;
 mod values;
+mod watch;
 
-pub use api::KizunaClient;
+pub use api::{is_kizuna_error, KizunaClient};
 
 /// Reports a Rust panic on the console before the module traps, so a bug shows its message
 /// instead of a bare `unreachable`.

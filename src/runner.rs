@@ -3,16 +3,20 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::rc::{Rc, Weak};
 
 use futures_util::lock::Mutex;
-use kizuna_engine::{Checkpoint, CommitPlan, Config, Engine, EngineError, Failure, LocalWrite, PullStep, RowKey, RowRecord, StoreOp, Transaction};
+use kizuna_engine::{Checkpoint, CommitPlan, Config, Engine, EngineError, Event, Failure, LocalWrite, PullStep, RowKey, RowRecord, StoreOp, Transaction};
 use kizuna_protocol::{ErrorClass, PullPage, PullRequest, PushResponse};
 use serde_json::{json, Value};
 
 use crate::error::ClientError;
 use crate::events::{self, SharedListeners};
-use crate::store::{Store, WriteTxn};
+use crate::scheduler::Scheduler;
+use crate::store::{Store, SyncStamp, WriteTxn};
+use crate::tabs::{self, Tabs};
 use crate::transport::Transport;
+use crate::watch::Watches;
 
 /// An upper bound on pushes in one `sync()`: narrowing resends at once, and this guarantees the call
 /// still ends if a server keeps answering in a way the engine has not seen.
@@ -35,6 +39,19 @@ pub struct Inner {
     /// The checkpoint as of the last commit that reached IndexedDB: what `getCheckpoint()` reports.
     /// The engine's own runs ahead while a commit is being written, and goes back if it fails.
     pub checkpoint: RefCell<Checkpoint>,
+    /// The `sync` stamp the engine's state is as of (see `store.rs`).
+    pub version: Cell<f64>,
+    /// The other tabs of this database, and whether this one leads.
+    pub tabs: Tabs,
+    /// The loops' timers and streams (armed only while this tab leads).
+    pub scheduler: Rc<Scheduler>,
+    /// Live queries.
+    pub watches: Watches,
+    /// The options asked for the loops (`autoSync`, `realtimeWakeups`), used whenever this tab leads.
+    pub auto_sync: bool,
+    pub realtime_wakeups: bool,
+    /// This client, for callbacks that need to own it.
+    pub me: Weak<Inner>,
 }
 
 pub enum PushOutcome {
@@ -71,28 +88,104 @@ enum Flow {
 }
 
 impl Inner {
-    fn emit(&self, tx: &Transaction) {
-        events::emit(&self.listeners, &tx.events);
-    }
-
     /// The store refused a transaction after the engine had stepped: rebuild the engine from what
     /// is durable, so memory never runs ahead of IndexedDB, and hold requests back for a while, so
     /// a store that keeps refusing (a full disk, a record it cannot hold) does not turn into
     /// requests in a tight loop.
     async fn recover(&self, error: &ClientError) {
         let failures = self.engine.borrow().storage_failures() + 1;
-        if let Ok(Some(state)) = self.store.load().await {
+        if let Ok((Some(state), stamp)) = self.store.load().await {
             let seed = self.seed.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
             self.seed.set(seed);
             *self.engine.borrow_mut() = Engine::new(self.config.clone(), state, seed);
+            self.version.set(stamp.version);
+            *self.checkpoint.borrow_mut() = self.engine.borrow().checkpoint().clone();
         }
         let message = format!("{}: {}", error.code, error.message);
         self.engine.borrow_mut().after_storage_failure(now(), failures, message);
     }
 
-    /// Persists what an engine step returned and emits its events once it is durable.
+    /// Begins a step's transaction and brings the engine up to what it finds: when another tab
+    /// committed since this engine last looked, its state is reloaded in this same transaction, so
+    /// the step builds on everything durable. A step only the leader may take (`leader_only`) is
+    /// refused when the `sync` record names another leader: this tab was frozen or slow and lost
+    /// the lead, and what it was about to do is the new leader's to do.
+    pub async fn begin(&self, leader_only: bool) -> Result<WriteTxn<'_>, ClientError> {
+        let txn = self.store.begin().await?;
+        if leader_only && txn.stamp.leader.as_deref() != Some(self.tabs.tab.as_str()) {
+            txn.abort();
+            if let Some(me) = self.me.upgrade() {
+                tabs::lose_lead(&me);
+            }
+            return Err(ClientError::new("NOT_LEADER", "another tab runs the sync loops of this database now").with_retryable(true));
+        }
+        if txn.stamp.version != self.version.get() {
+            if let Some(state) = txn.load_state().await? {
+                self.engine.borrow_mut().adopt(state);
+            }
+            self.version.set(txn.stamp.version);
+            *self.checkpoint.borrow_mut() = self.engine.borrow().checkpoint().clone();
+        }
+        Ok(txn)
+    }
+
+    /// Another tab committed up to `version`: reload the engine's state (outside any step), so
+    /// the synchronous getters and the events that follow see it.
+    pub async fn catch_up(&self, version: f64) {
+        if version <= self.version.get() {
+            return;
+        }
+        if let Ok((Some(state), stamp)) = self.store.load().await {
+            // A step of this tab may have committed a later stamp while the load ran.
+            if stamp.version > self.version.get() {
+                self.engine.borrow_mut().adopt(state);
+                self.version.set(stamp.version);
+                *self.checkpoint.borrow_mut() = self.engine.borrow().checkpoint().clone();
+            }
+        }
+    }
+
+    /// Hands committed events to this tab's listeners and live queries.
+    pub fn deliver(&self, events: &[Event]) {
+        events::emit(&self.listeners, events);
+        if let Some(me) = self.me.upgrade() {
+            crate::watch::changed(&me, events);
+        }
+    }
+
+    /// Names this tab the leader in the `sync` record: from this commit on, steps of the tab that
+    /// led before are refused. Starts with nothing in flight and a pull due.
+    pub async fn claim_lead(&self) -> Result<(), ClientError> {
+        let txn = self.begin(false).await?;
+        let stamp = SyncStamp { version: txn.stamp.version + 1.0, leader: Some(self.tabs.tab.clone()) };
+        txn.put_stamp(&stamp)?;
+        txn.commit().await?;
+        self.version.set(stamp.version);
+        self.engine.borrow_mut().take_over();
+        Ok(())
+    }
+
+    /// Sync health: the leader's own, or what a follower last heard from it.
+    pub fn health_json(&self) -> Value {
+        if !self.tabs.leading() {
+            if let Some(mut health) = self.tabs.leader_health() {
+                health["leader"] = Value::Bool(false);
+                return health;
+            }
+        }
+        let h = self.engine.borrow().health(now());
+        json!({
+            "failureStreak": h.failure_streak, "lastError": h.last_error, "lastSuccessAt": h.last_success_at,
+            "inFlight": h.in_flight, "online": h.online, "leader": self.tabs.leading(),
+        })
+    }
+
+    /// Persists what an engine step returned, advances the `sync` stamp, then emits its events
+    /// here and tells the other tabs.
     async fn finish(&self, txn: WriteTxn<'_>, tx: &Transaction) -> Result<(), ClientError> {
-        let written = match txn.apply(&tx.ops) {
+        let stamp = SyncStamp { version: txn.stamp.version + 1.0, leader: txn.stamp.leader.clone() };
+        let changes = !tx.ops.is_empty();
+        let written = match txn.apply(&tx.ops).and_then(|()| if changes { txn.put_stamp(&stamp) } else { Ok(()) }) {
             Ok(()) => txn.commit().await,
             Err(e) => {
                 txn.abort();
@@ -103,8 +196,15 @@ impl Inner {
             self.recover(&e).await;
             return Err(e);
         }
+        if changes {
+            self.version.set(stamp.version);
+        }
         *self.checkpoint.borrow_mut() = self.engine.borrow().checkpoint().clone();
-        self.emit(tx);
+        self.deliver(&tx.events);
+        if !tx.is_empty() {
+            let health = self.tabs.leading().then(|| self.health_json());
+            self.tabs.announce(self.version.get(), &tx.events, health);
+        }
         Ok(())
     }
 
@@ -112,10 +212,11 @@ impl Inner {
     /// engine, writes what it returned. A refused step writes nothing and leaves the engine as it was.
     async fn step<R>(
         &self,
+        leader_only: bool,
         keys: &[RowKey],
         f: impl FnOnce(&mut Engine, &BTreeMap<RowKey, RowRecord>) -> Result<(Transaction, R), EngineError>,
     ) -> Result<R, ClientError> {
-        let txn = self.store.begin().await?;
+        let txn = self.begin(leader_only).await?;
         let current = txn.rows(keys).await?;
         let stepped = f(&mut self.engine.borrow_mut(), &current);
         match stepped {
@@ -133,23 +234,23 @@ impl Inner {
     pub async fn write(&self, writes: Vec<LocalWrite>) -> Result<(), ClientError> {
         let keys: Vec<RowKey> = writes.iter().map(|w| RowKey::new(w.table.clone(), w.pk.clone())).collect();
         let t = now();
-        self.step(&keys, |engine, current| Ok((engine.write(t, writes, current)?, ()))).await
+        self.step(false, &keys, |engine, current| Ok((engine.write(t, writes, current)?, ()))).await
     }
 
     pub async fn requeue_dead(&self, seq: i64) -> Result<(), ClientError> {
         let t = now();
-        self.step(&[], |engine, _| Ok((engine.requeue_dead(t, seq)?, ()))).await
+        self.step(false, &[], |engine, _| Ok((engine.requeue_dead(t, seq)?, ()))).await
     }
 
     pub async fn discard_dead(&self, seq: i64) -> Result<(), ClientError> {
-        self.step(&[], |engine, _| Ok((engine.discard_dead(seq)?, ()))).await
+        self.step(false, &[], |engine, _| Ok((engine.discard_dead(seq)?, ()))).await
     }
 
     /// Sends the next due slice, if any, and feeds the answer back.
     pub async fn push_once(&self) -> Result<PushOutcome, ClientError> {
         let t = now();
         let request = self
-            .step(&[], |engine, _| {
+            .step(true, &[], |engine, _| {
                 Ok(match engine.poll_push(t) {
                     Some((request, tx)) => (tx, Some(request)),
                     None => (Transaction::default(), None),
@@ -160,14 +261,14 @@ impl Inner {
         match self.transport.rpc::<_, PushResponse>("kizuna_push", &request).await {
             Ok(response) => {
                 let t = now();
-                self.step(&[], |engine, _| Ok((engine.on_push_response(t, response), ()))).await?;
+                self.step(true, &[], |engine, _| Ok((engine.on_push_response(t, response), ()))).await?;
                 Ok(PushOutcome::Answered)
             }
             Err(failure) => {
                 let class = ErrorClass::of(failure.status, Some(&failure.code));
                 let t = now();
                 let recorded = failure.clone();
-                self.step(&[], |engine, _| Ok((engine.on_push_failure(t, recorded), ()))).await?;
+                self.step(true, &[], |engine, _| Ok((engine.on_push_failure(t, recorded), ()))).await?;
                 Ok(PushOutcome::Failed(failure, class))
             }
         }
@@ -203,7 +304,7 @@ impl Inner {
                 Err(failure) => {
                     let t = now();
                     let error = failure_error(&failure);
-                    self.step(&[], |engine, _| Ok((engine.on_pull_failure(t, failure), ()))).await?;
+                    self.step(true, &[], |engine, _| Ok((engine.on_pull_failure(t, failure), ()))).await?;
                     return Err(error);
                 }
             };
@@ -222,7 +323,7 @@ impl Inner {
     /// transaction that writes the rows, so the run lands at once or not at all and no transaction
     /// stays open across a network wait.
     async fn feed_page(&self, page: PullPage) -> Result<Flow, ClientError> {
-        let txn = self.store.begin().await?;
+        let txn = self.begin(true).await?;
         let step = self.engine.borrow_mut().on_pull_page(now(), page);
         let planned = match step {
             PullStep::Stage { tx, next } | PullStep::Restart { tx, next } => Ok((tx, Flow::Next(next))),
@@ -289,7 +390,7 @@ impl Inner {
     /// caller must not (the timer would fire again at once, over and over, until it does).
     pub async fn tick(&self) -> bool {
         let Some(_turn) = self.activity.try_lock() else { return false };
-        if !self.closed.get() {
+        if !self.closed.get() && self.tabs.leading() {
             let _ = self.push_all().await;
             let _ = self.pull_run().await;
         }

@@ -1,66 +1,72 @@
-//! Browser timers and wake-ups: one timeout armed for the engine's next wake time, a server-sent
-//! wake stream that asks for a pull soon, and the browser's online/offline signals.
+//! Browser timers and wake-ups, armed only in the tab that leads (`tabs.rs`): one timeout for the
+//! engine's next wake time, a server-sent wake stream that asks for a pull soon, and the browser's
+//! online/offline signals. Timers are gloo-timers handles held here, so dropping one cancels it:
+//! `stop` (on `close()` or on losing the lead) leaves no timer armed.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
 
+use gloo_timers::callback::Timeout;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-use crate::js;
 use crate::runner::{now, Inner};
 
 /// The longest a timer waits, so a client whose engine has nothing to do still looks again.
 const MAX_TIMER_MS: i64 = 60_000;
 /// How long after a wake stream error a new stream is opened (with a fresh token).
-const WAKE_RECONNECT_MS: i32 = 5_000;
+const WAKE_RECONNECT_MS: u32 = 5_000;
 
 type EventHandler = Closure<dyn FnMut(web_sys::Event)>;
 
-/// The armed timeout: its handle and the callback it will run.
-type Timer = (JsValue, Closure<dyn FnMut()>);
-
 #[derive(Default)]
 pub struct Scheduler {
-    /// `autoSync`: when false no timer is ever armed and only explicit calls talk to the server.
-    pub enabled: std::cell::Cell<bool>,
-    timer: RefCell<Option<Timer>>,
+    /// True while this tab leads and `autoSync` asked for loops: timers are armed only then.
+    running: Cell<bool>,
+    timer: RefCell<Option<Timeout>>,
     /// The wake stream's controller: aborting it ends the stream.
     wake: RefCell<Option<web_sys::AbortController>>,
+    /// The pause before the wake stream is opened again.
+    reconnect: RefCell<Option<Timeout>>,
     /// The `online` and `offline` handlers.
     online: RefCell<Option<(EventHandler, EventHandler)>>,
 }
 
+/// This tab took the lead: run the loops the options asked for.
+pub fn start(inner: &Rc<Inner>) {
+    if inner.closed.get() || !inner.auto_sync {
+        return;
+    }
+    inner.scheduler.running.set(true);
+    watch_connectivity(inner);
+    if inner.realtime_wakeups {
+        open_wake_stream(inner);
+    }
+    arm(inner);
+}
+
 /// Arms the timer for the engine's next wake time (or now). Replaces any timer already armed.
-pub fn arm(inner: &Rc<Inner>, scheduler: &Rc<Scheduler>) {
-    if inner.closed.get() || !scheduler.enabled.get() {
+pub fn arm(inner: &Rc<Inner>) {
+    let scheduler = &inner.scheduler;
+    if inner.closed.get() || !scheduler.running.get() {
         return;
     }
     let t = now();
     let at = inner.engine.borrow().next_wake(t).unwrap_or(t + MAX_TIMER_MS);
-    let delay = (at - t).clamp(0, MAX_TIMER_MS) as i32;
-    let weak_inner = Rc::downgrade(inner);
-    let weak_sched = Rc::downgrade(scheduler);
-    let callback = Closure::<dyn FnMut()>::new(move || fire(weak_inner.clone(), weak_sched.clone()));
-    cancel_timer(scheduler);
-    if let Some(handle) = js::set_timeout(callback.as_ref(), delay, &JsValue::UNDEFINED) {
-        *scheduler.timer.borrow_mut() = Some((handle, callback));
-    }
+    let delay = (at - t).clamp(0, MAX_TIMER_MS) as u32;
+    let weak = Rc::downgrade(inner);
+    // Replacing the handle drops (cancels) the timer armed before.
+    *scheduler.timer.borrow_mut() = Some(Timeout::new(delay, move || fire(weak)));
 }
 
-fn fire(inner: Weak<Inner>, scheduler: Weak<Scheduler>) {
+fn fire(inner: Weak<Inner>) {
     wasm_bindgen_futures::spawn_local(async move {
-        let (Some(inner), Some(scheduler)) = (inner.upgrade(), scheduler.upgrade()) else { return };
+        let Some(inner) = inner.upgrade() else { return };
+        inner.scheduler.timer.borrow_mut().take();
         if inner.tick().await {
-            arm(&inner, &scheduler);
+            arm(&inner);
         }
     });
-}
-
-fn cancel_timer(scheduler: &Scheduler) {
-    if let Some((handle, _closure)) = scheduler.timer.borrow_mut().take() {
-        js::clear_timeout(&handle);
-    }
 }
 
 /// Opens the wake stream: a streaming `fetch` of `/kizuna/v1/wake` with the token in the
@@ -68,42 +74,41 @@ fn cancel_timer(scheduler: &Scheduler) {
 /// server logs keep it). Each `wake` event asks the engine for a pull and re-arms the timer; the
 /// stream carries no row data, so a missed event only delays the next scheduled pull. When the
 /// stream ends or fails, a new one is opened after a pause, with a fresh token.
-pub fn open_wake_stream(inner: &Rc<Inner>, scheduler: &Rc<Scheduler>) {
-    let weak_inner = Rc::downgrade(inner);
-    let weak_sched = Rc::downgrade(scheduler);
+fn open_wake_stream(inner: &Rc<Inner>) {
+    let weak = Rc::downgrade(inner);
     wasm_bindgen_futures::spawn_local(async move {
-        let Some(inner) = weak_inner.upgrade() else { return };
-        if inner.closed.get() {
+        let Some(inner) = weak.upgrade() else { return };
+        if !inner.scheduler.running.get() {
             return;
         }
         let opened = inner.transport.open_stream("/kizuna/v1/wake").await;
         drop(inner);
         let Ok((response, controller)) = opened else {
-            retry_wake_stream(weak_inner, weak_sched);
+            retry_wake_stream(&weak);
             return;
         };
-        let (Some(inner), Some(sched)) = (weak_inner.upgrade(), weak_sched.upgrade()) else {
+        let Some(inner) = weak.upgrade() else {
             controller.abort();
             return;
         };
-        if inner.closed.get() {
-            controller.abort(); // closed while the stream was opening
+        if !inner.scheduler.running.get() {
+            controller.abort(); // stopped while the stream was opening
             return;
         }
-        close_wake_stream(&sched);
-        *sched.wake.borrow_mut() = Some(controller.clone());
-        drop((inner, sched));
-        read_wake_events(&response, &weak_inner, &weak_sched).await;
-        // Ended: by `close()` (the controller is gone then) or by the network or server.
-        let current = weak_sched.upgrade().and_then(|s| s.wake.borrow().as_ref().map(|c| c == &controller));
+        close_wake_stream(&inner.scheduler);
+        *inner.scheduler.wake.borrow_mut() = Some(controller.clone());
+        drop(inner);
+        read_wake_events(&response, &weak).await;
+        // Ended: by `stop` (the controller is gone then) or by the network or server.
+        let current = weak.upgrade().and_then(|i| i.scheduler.wake.borrow().as_ref().map(|c| c == &controller));
         if current == Some(true) {
-            retry_wake_stream(weak_inner, weak_sched);
+            retry_wake_stream(&weak);
         }
     });
 }
 
 /// Reads Server-Sent Events from the stream until it ends; a `wake` event wakes the engine.
-async fn read_wake_events(response: &web_sys::Response, inner: &Weak<Inner>, scheduler: &Weak<Scheduler>) {
+async fn read_wake_events(response: &web_sys::Response, inner: &Weak<Inner>) {
     let Some(body) = response.body() else { return };
     let reader: web_sys::ReadableStreamDefaultReader = body.get_reader().unchecked_into();
     let Ok(decoder) = web_sys::TextDecoder::new() else { return };
@@ -122,24 +127,27 @@ async fn read_wake_events(response: &web_sys::Response, inner: &Weak<Inner>, sch
         while let Some(end) = buffer.find("\n\n") {
             let event: String = buffer.drain(..end + 2).collect();
             if event.lines().any(|line| line.trim_end() == "event: wake") {
-                if let (Some(inner), Some(sched)) = (inner.upgrade(), scheduler.upgrade()) {
+                if let Some(inner) = inner.upgrade() {
                     inner.engine.borrow_mut().wake();
-                    arm(&inner, &sched);
+                    arm(&inner);
                 }
             }
         }
     }
 }
 
-fn retry_wake_stream(inner: Weak<Inner>, scheduler: Weak<Scheduler>) {
-    let callback = Closure::once_into_js(move || {
-        if let (Some(inner), Some(sched)) = (inner.upgrade(), scheduler.upgrade()) {
-            if !inner.closed.get() {
-                open_wake_stream(&inner, &sched);
-            }
+fn retry_wake_stream(weak: &Weak<Inner>) {
+    let Some(inner) = weak.upgrade() else { return };
+    if !inner.scheduler.running.get() {
+        return;
+    }
+    let weak = weak.clone();
+    *inner.scheduler.reconnect.borrow_mut() = Some(Timeout::new(WAKE_RECONNECT_MS, move || {
+        if let Some(inner) = weak.upgrade() {
+            inner.scheduler.reconnect.borrow_mut().take();
+            open_wake_stream(&inner);
         }
-    });
-    let _ = js::set_timeout(&callback, WAKE_RECONNECT_MS, &JsValue::UNDEFINED);
+    }));
 }
 
 fn close_wake_stream(scheduler: &Scheduler) {
@@ -149,16 +157,14 @@ fn close_wake_stream(scheduler: &Scheduler) {
 }
 
 /// Follows the browser's online/offline signals: going online re-arms the timer at once.
-pub fn watch_connectivity(inner: &Rc<Inner>, scheduler: &Rc<Scheduler>) {
-    let global = js_sys::global();
-    let Ok(target) = global.clone().dyn_into::<web_sys::EventTarget>() else { return };
+fn watch_connectivity(inner: &Rc<Inner>) {
+    let Ok(target) = js_sys::global().dyn_into::<web_sys::EventTarget>() else { return };
     let make = |online: bool| {
-        let weak_inner = Rc::downgrade(inner);
-        let weak_sched = Rc::downgrade(scheduler);
+        let weak = Rc::downgrade(inner);
         EventHandler::new(move |_| {
-            if let (Some(inner), Some(sched)) = (weak_inner.upgrade(), weak_sched.upgrade()) {
+            if let Some(inner) = weak.upgrade() {
                 inner.engine.borrow_mut().set_online(online);
-                arm(&inner, &sched);
+                arm(&inner);
             }
         })
     };
@@ -166,12 +172,14 @@ pub fn watch_connectivity(inner: &Rc<Inner>, scheduler: &Rc<Scheduler>) {
     let on_offline = make(false);
     let _ = target.add_event_listener_with_callback("online", on_online.as_ref().unchecked_ref());
     let _ = target.add_event_listener_with_callback("offline", on_offline.as_ref().unchecked_ref());
-    *scheduler.online.borrow_mut() = Some((on_online, on_offline));
+    *inner.scheduler.online.borrow_mut() = Some((on_online, on_offline));
 }
 
 /// Stops every timer, stream and listener this scheduler owns.
 pub fn stop(scheduler: &Scheduler) {
-    cancel_timer(scheduler);
+    scheduler.running.set(false);
+    scheduler.timer.borrow_mut().take();
+    scheduler.reconnect.borrow_mut().take();
     close_wake_stream(scheduler);
     if let Some((on_online, on_offline)) = scheduler.online.borrow_mut().take() {
         if let Ok(target) = js_sys::global().dyn_into::<web_sys::EventTarget>() {

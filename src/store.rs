@@ -3,6 +3,12 @@
 //! Every engine step that changes state runs inside a read-write transaction over all stores
 //! (`Store::begin`): IndexedDB runs such transactions one at a time in the order they were created,
 //! so the engine's order of steps and the store's order of commits are the same order.
+//!
+//! Every tab of one origin may hold the database open at once. Beside the engine's `meta` record,
+//! the `sync` record carries a stamp that every committing step advances and the tab that runs the
+//! sync loops: a step that finds the stamp moved since its engine last saw it reloads the engine's
+//! state inside its own transaction first, and a leader's step that finds another leader named is
+//! refused (see `tabs.rs`).
 
 use std::collections::BTreeMap;
 
@@ -27,10 +33,18 @@ const STAGING: &str = "staging";
 const META: &str = "meta";
 const ALL: [&str; 5] = [ROWS, OUTBOX, DEAD, STAGING, META];
 const META_KEY: &str = "meta";
+const SYNC_KEY: &str = "sync";
 const SCHEMA_VERSION: u32 = 1;
 
 pub struct Store {
     db: Database,
+}
+
+/// The `sync` record: how many steps have committed (any tab's), and which tab leads.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SyncStamp {
+    pub version: f64,
+    pub leader: Option<String>,
 }
 
 /// An IndexedDB failure, with the browser's words.
@@ -87,15 +101,12 @@ impl Store {
         self.db.transaction(ALL).with_mode(mode).build().map_err(failed)
     }
 
-    /// The engine's persisted state, or `None` for a database that never held one.
-    pub async fn load(&self) -> Result<Option<PersistedState>, ClientError> {
+    /// The engine's persisted state (`None` for a database that never held one) and the stamp it
+    /// is as of.
+    pub async fn load(&self) -> Result<(Option<PersistedState>, SyncStamp), ClientError> {
         let tx = self.transaction(TransactionMode::Readonly)?;
-        let Some(meta) = get(&store(&tx, META)?, META_KEY.into()).await? else { return Ok(None) };
-        let outbox: Vec<_> = get_all(&store(&tx, OUTBOX)?).await?.into_iter().map(from_js).collect::<Result<_, _>>()?;
-        let dead: Vec<_> = get_all(&store(&tx, DEAD)?).await?.into_iter().map(from_js).collect::<Result<_, _>>()?;
-        let keys: Vec<RowKey> = PersistedState::tracked_keys(&outbox, &dead).into_iter().collect();
-        let rows = read_rows(&store(&tx, ROWS)?, &keys).await?.into_values().collect();
-        Ok(Some(PersistedState { meta: from_js(meta)?, outbox, dead, rows }))
+        let stamp = read_stamp(&tx).await?;
+        Ok((load_state(&tx).await?, stamp))
     }
 
     /// Begins a read-write transaction over every store. It resolves once the transaction is
@@ -103,13 +114,19 @@ impl Store {
     /// taken now sees the store in the state the engine's earlier steps left it.
     pub async fn begin(&self) -> Result<WriteTxn<'_>, ClientError> {
         let tx = self.transaction(TransactionMode::Readwrite)?;
-        get(&store(&tx, META)?, META_KEY.into()).await?;
-        Ok(WriteTxn { tx })
+        let stamp = read_stamp(&tx).await?;
+        Ok(WriteTxn { tx, stamp })
     }
 
     pub async fn get_row(&self, table: &str, pk: &str) -> Result<Option<RowRecord>, ClientError> {
         let tx = self.transaction(TransactionMode::Readonly)?;
         get(&store(&tx, ROWS)?, row_key(table, pk)).await?.map(from_js).transpose()
+    }
+
+    /// The stored records of `keys` that exist, read in one transaction.
+    pub async fn rows(&self, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
+        let tx = self.transaction(TransactionMode::Readonly)?;
+        read_rows(&store(&tx, ROWS)?, keys).await
     }
 
     /// Every stored row record whose `index` field ("table" or "bucket") equals `value`.
@@ -126,9 +143,22 @@ impl Store {
 /// back, so a step that fails half-way writes nothing.
 pub struct WriteTxn<'a> {
     tx: Transaction<'a>,
+    /// The `sync` record as this transaction found it.
+    pub stamp: SyncStamp,
 }
 
 impl WriteTxn<'_> {
+    /// The engine's persisted state as this transaction sees it.
+    pub async fn load_state(&self) -> Result<Option<PersistedState>, ClientError> {
+        load_state(&self.tx).await
+    }
+
+    /// Replaces the `sync` record when the transaction commits.
+    pub fn put_stamp(&self, stamp: &SyncStamp) -> Result<(), ClientError> {
+        drop(store(&self.tx, META)?.put(to_js(stamp)?).with_key(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?);
+        Ok(())
+    }
+
     /// The stored records of `keys` that exist.
     pub async fn rows(&self, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
         read_rows(&store(&self.tx, ROWS)?, keys).await
@@ -153,6 +183,19 @@ impl WriteTxn<'_> {
     pub fn abort(self) {
         drop(self.tx);
     }
+}
+
+async fn read_stamp(tx: &Transaction<'_>) -> Result<SyncStamp, ClientError> {
+    get(&store(tx, META)?, SYNC_KEY.into()).await?.map(from_js).transpose().map(Option::unwrap_or_default)
+}
+
+async fn load_state(tx: &Transaction<'_>) -> Result<Option<PersistedState>, ClientError> {
+    let Some(meta) = get(&store(tx, META)?, META_KEY.into()).await? else { return Ok(None) };
+    let outbox: Vec<_> = get_all(&store(tx, OUTBOX)?).await?.into_iter().map(from_js).collect::<Result<_, _>>()?;
+    let dead: Vec<_> = get_all(&store(tx, DEAD)?).await?.into_iter().map(from_js).collect::<Result<_, _>>()?;
+    let keys: Vec<RowKey> = PersistedState::tracked_keys(&outbox, &dead).into_iter().collect();
+    let rows = read_rows(&store(tx, ROWS)?, &keys).await?.into_values().collect();
+    Ok(Some(PersistedState { meta: from_js(meta)?, outbox, dead, rows }))
 }
 
 async fn read_rows(rows: &ObjectStore<'_>, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {

@@ -11,7 +11,6 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{AbortController, Headers, RequestInit, Response};
 
 use crate::error::describe;
-use crate::js;
 
 /// How long a session lookup may take before the run fails with `AUTH_SESSION_TIMEOUT`, so a hung
 /// refresh fails one sync run instead of hanging it.
@@ -29,15 +28,15 @@ fn failure(status: Option<u16>, code: &str, message: impl Into<String>) -> Failu
     Failure { status, code: code.to_string(), message: message.into() }
 }
 
-/// Resolves `promise`, or `None` once `ms` have passed.
+/// Resolves `promise`, or `None` once `ms` have passed. The deadline is a gloo-timers future:
+/// whichever way the race ends, the timer is dropped and cleared, so no request leaves one behind.
 async fn within(promise: Promise, ms: i32) -> Option<Result<JsValue, JsValue>> {
-    let marker: JsValue = js_sys::Object::new().into();
-    let timer = Promise::new(&mut |resolve: Function, _| {
-        let _ = js::set_timeout(&resolve, ms, &marker);
-    });
-    match JsFuture::from(Promise::race(&js_sys::Array::of2(&promise, &timer))).await {
-        Ok(v) if v == marker => None,
-        other => Some(other),
+    use futures_util::future::{select, Either};
+    let answer = JsFuture::from(promise);
+    let deadline = gloo_timers::future::TimeoutFuture::new(ms.max(0) as u32);
+    match select(answer, deadline).await {
+        Either::Left((settled, _deadline)) => Some(settled),
+        Either::Right(((), _answer)) => None,
     }
 }
 

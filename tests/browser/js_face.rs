@@ -119,14 +119,39 @@ async fn a_new_server_history_is_rehydrated_with_the_outbox_intact() {
     client.close();
 }
 
+/// Two clients of one database in one page stand for two tabs: both open it, one leads, the
+/// other's `sync()` is run by the leader, and each reads what the other wrote at once.
 #[wasm_bindgen_test]
-async fn a_database_open_in_one_client_is_refused_to_a_second_until_closed() {
+async fn two_clients_share_one_database_and_one_leader() {
     let user = random_id();
-    let name = format!("locked-{}", random_id());
+    let name = format!("shared-{}", random_id());
     let first = open(&options(&name, &user)).await;
-    let refused = call(kizunasync::KizunaClient::open(options(&name, &user).into())).await.expect_err("a second open");
-    assert_eq!(error_code(&refused), "DATABASE_IN_USE");
-    first.close();
     let second = open(&options(&name, &user)).await;
+    let leaders = || [&first, &second].iter().filter(|c| from_js(c.get_sync_health())["leader"] == json!(true)).count();
+    let mut waited = 0;
+    while leaders() != 1 {
+        waited += 50;
+        assert!(waited < 5_000, "exactly one of the two leads");
+        sleep(50).await;
+    }
+    let follower = if from_js(first.get_sync_health())["leader"] == json!(true) { &second } else { &first };
+    let changes = record(follower, "change");
+    let (a, b) = (random_id(), random_id());
+    ok(first.put("todos".into(), a.clone().into(), to_js(&json!({"id": a, "title": "from the first"})), None)).await;
+    ok(second.put("todos".into(), b.clone().into(), to_js(&json!({"id": b, "title": "from the second"})), None)).await;
+    assert_eq!(ok(second.get("todos".into(), a.clone().into())).await["title"], "from the first");
+    assert_eq!(ok(first.get("todos".into(), b.clone().into())).await["title"], "from the second");
+    let seqs: Vec<i64> = from_js(second.pending_writes()).as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seqs.len(), 2, "one outbox holds both tabs' writes (the second wrote after the first, so its engine took the first's write in)");
+    assert!(seqs[0] < seqs[1], "in the order they were made");
+    let report = ok(follower.sync()).await;
+    assert_eq!(report["pushes"], json!(1), "the follower's sync() ran in the leader: {report}");
+    assert_eq!(server_view(&user, "todos", &a).await["title"], "from the first");
+    assert_eq!(server_view(&user, "todos", &b).await["title"], "from the second");
+    assert_eq!(from_js(first.pending_writes()), json!([]));
+    assert_eq!(from_js(second.pending_writes()), json!([]));
+    let other_tab = (0..changes.length()).map(|i| from_js(changes.get(i))).any(|c| c["keys"].to_string().contains(&a) || c["keys"].to_string().contains(&b));
+    assert!(other_tab, "the follower heard the other tab's changes");
+    first.close();
     second.close();
 }

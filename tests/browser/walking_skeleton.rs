@@ -82,16 +82,3 @@ async fn with_timers_on_a_write_reaches_another_database_without_anyone_calling_
     a.close();
     b.close();
 }
-
-#[wasm_bindgen_test]
-async fn a_database_is_open_in_one_client_at_a_time() {
-    let user = random_id();
-    let name = format!("single-{}", random_id());
-    let first = open(&options(&name, &user)).await;
-    let second = kizunasync::KizunaClient::connect(options(&name, &user).into()).await;
-    let err = second.err().expect("a second client on the same database is refused");
-    assert_eq!(error_code(&err), "DATABASE_IN_USE");
-    first.close();
-    let again = open(&options(&name, &user)).await;
-    again.close();
-}

@@ -53,32 +53,49 @@ impl Engine {
     /// ids, jitter): pass fresh randomness from `crypto.getRandomValues` in the browser, a fixed
     /// value in tests. The engine starts online, with a pull due.
     pub fn new(config: Config, state: PersistedState, seed: u64) -> Engine {
-        let PersistedState { meta, outbox, mut dead, rows } = state;
-        dead.sort_by_key(|d| d.entry.seq);
-        let outbox: BTreeMap<i64, OutboxEntry> = outbox.into_iter().map(|e| (e.seq, e)).collect();
-        let mut meta = meta;
-        // Defensive: a `next_seq` behind a live entry would reuse a number.
-        let highest = outbox.keys().chain(dead.iter().map(|d| &d.entry.seq)).max().copied().unwrap_or(0);
-        meta.next_seq = meta.next_seq.max(highest + 1);
-        let prng = Prng::new(mix_seed(seed, meta.client_id, meta.next_seq));
+        let prng = Prng::new(mix_seed(seed, state.meta.client_id, state.meta.next_seq));
         let mut engine = Engine {
             config,
-            meta,
-            outbox,
-            dead,
-            rows: rows.into_iter().map(|r| (r.key(), r)).collect(),
+            meta: state.meta.clone(),
+            outbox: BTreeMap::new(),
+            dead: Vec::new(),
+            rows: BTreeMap::new(),
             prng,
             push: PushState::default(),
             pull: PullState::new(),
             health: HealthState::default(),
             online: true,
         };
-        // Rows the adapter loaded beyond the tracked keys are not needed in memory.
-        let untracked: Vec<RowKey> = engine.rows.keys().filter(|k| !engine.is_tracked(k)).cloned().collect();
-        for key in untracked {
-            engine.rows.remove(&key);
-        }
+        engine.adopt(state);
         engine
+    }
+
+    /// Takes over what another engine over the same store made durable since this one last stepped
+    /// (another tab's writes, verdicts or checkpoints): meta, outbox, dead letters and tracked rows
+    /// are replaced by `state`, while what is this engine's own and never stored (the push in
+    /// flight, the pull run, backoff, health, the PRNG) is kept. An in-flight entry is on the wire,
+    /// so no other engine coalesces it away; its verdict still finds it.
+    pub fn adopt(&mut self, state: PersistedState) {
+        let PersistedState { mut meta, outbox, mut dead, rows } = state;
+        dead.sort_by_key(|d| d.entry.seq);
+        self.outbox = outbox.into_iter().map(|e| (e.seq, e)).collect();
+        // Defensive: a `next_seq` behind a live entry would reuse a number.
+        let highest = self.outbox.keys().chain(dead.iter().map(|d| &d.entry.seq)).max().copied().unwrap_or(0);
+        meta.next_seq = meta.next_seq.max(highest + 1);
+        self.meta = meta;
+        self.dead = dead;
+        // Rows the adapter loaded beyond the tracked keys are not needed in memory.
+        let tracked: std::collections::BTreeSet<RowKey> =
+            self.outbox.values().map(OutboxEntry::key).chain(self.dead.iter().map(|d| d.entry.key())).collect();
+        self.rows = rows.into_iter().map(|r| (r.key(), r)).filter(|(k, _)| tracked.contains(k)).collect();
+    }
+
+    /// This engine's tab now runs the sync loops for every tab of its database (the adapter elects
+    /// one): it starts with nothing in flight and a pull due, whatever it was doing when it last
+    /// led. Entries another leader had sent go again under their ids, which the server applies once.
+    pub fn take_over(&mut self) {
+        self.push.in_flight = None;
+        self.pull = PullState::new();
     }
 
     /// The state of a device that never synced: no entries, no checkpoint, `next_seq` 1.

@@ -1,0 +1,390 @@
+//! Many tabs, one database. Every tab (window, worker) of an origin may open the same database
+//! name: each writes, reads and queries it directly, and each hears every event. One of them, the
+//! leader, runs the push and pull loops and the wake stream for all.
+//!
+//! * **Election.** The leader holds the database's Web Lock (`leader.rs`); the others wait in the
+//!   browser's queue, which hands the lock on at once when the leader closes or crashes.
+//! * **News.** A `BroadcastChannel` named after the database carries every committed step (its
+//!   events, and the stamp it left in the `sync` record), the leader's heartbeats and health, and
+//!   `sync()`/`pull()` calls that followers hand to the leader.
+//! * **Frozen leaders.** A frozen tab keeps its locks. A follower that has heard nothing from the
+//!   leader for `SILENCE_MS` pings it; a leader that is merely throttled answers at once (message
+//!   events are not throttled like timers), a frozen one cannot, and after `PONG_WAIT_MS` the
+//!   follower steals the lock. The stolen leader learns it from its lock request, and until then
+//!   every step it tries is refused, because its transactions find another leader named in the
+//!   `sync` record.
+//! * **Shared state.** The store is the only shared memory: every step reloads the engine's state
+//!   inside its own transaction when another tab committed since (`Inner::begin`), so sequence
+//!   numbers follow commit order across tabs and nothing one tab wrote is lost by another.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+
+use gloo_timers::callback::Interval;
+use js_sys::{Function, Promise};
+use kizuna_engine::Event;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::{spawn_local, JsFuture};
+
+use crate::error::ClientError;
+use crate::leader::LeaderLock;
+use crate::runner::{now, Inner};
+use crate::scheduler;
+
+/// How often the leader says it is alive.
+const HEARTBEAT_MS: u32 = 250;
+/// How often a follower looks at the leader's silence.
+const WATCHDOG_MS: u32 = 200;
+/// Silence after which a follower pings the leader (plus up to `SILENCE_JITTER_MS`, so followers
+/// do not all steal at once).
+const SILENCE_MS: f64 = 600.0;
+const SILENCE_JITTER_MS: f64 = 200.0;
+/// How long a pinged leader has to answer before a follower takes the lock from it.
+const PONG_WAIT_MS: f64 = 400.0;
+
+/// What tabs of one database tell each other.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+enum Message {
+    /// A step committed: its events, and the stamp it left.
+    Commit { from: String, version: f64, events: Vec<Event>, health: Option<Value> },
+    /// The leader is alive; its sync health.
+    Heartbeat { from: String, health: Value },
+    /// `from` now leads.
+    Leader { from: String },
+    Ping { from: String },
+    Pong { from: String },
+    /// A follower's `sync()` or `pull()`, for the leader to run.
+    Call { from: String, id: u32, method: String },
+    /// The leader's answer to call `id` of tab `to`.
+    Answer { to: String, id: u32, ok: Option<Value>, error: Option<ErrorJson> },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct ErrorJson {
+    code: String,
+    message: String,
+    retryable: Option<bool>,
+}
+
+/// A follower's call waiting for the leader's answer.
+struct PendingCall {
+    method: String,
+    resolve: Function,
+    reject: Function,
+}
+
+pub struct Tabs {
+    /// This client's id among the tabs.
+    pub tab: String,
+    name: String,
+    channel: Option<web_sys::BroadcastChannel>,
+    on_message: RefCell<Option<Closure<dyn FnMut(web_sys::MessageEvent)>>>,
+    leading: Cell<bool>,
+    /// The tab last heard leading.
+    leader: RefCell<Option<String>>,
+    last_heard: Cell<f64>,
+    ping_sent: Cell<Option<f64>>,
+    silence_ms: f64,
+    lock: RefCell<Option<LeaderLock>>,
+    heartbeat: RefCell<Option<Interval>>,
+    watchdog: RefCell<Option<Interval>>,
+    calls: RefCell<BTreeMap<u32, PendingCall>>,
+    next_call: Cell<u32>,
+    /// The leader's health as last heard (a follower's `getSyncHealth`).
+    leader_health: RefCell<Option<Value>>,
+    inbox: RefCell<VecDeque<Message>>,
+    draining: Cell<bool>,
+}
+
+impl Tabs {
+    pub fn new(name: &str, tab: String, jitter: f64) -> Tabs {
+        Tabs {
+            tab,
+            name: name.to_string(),
+            channel: web_sys::BroadcastChannel::new(&format!("kizuna:{name}")).ok(),
+            on_message: RefCell::new(None),
+            leading: Cell::new(false),
+            leader: RefCell::new(None),
+            last_heard: Cell::new(now() as f64),
+            ping_sent: Cell::new(None),
+            silence_ms: SILENCE_MS + jitter * SILENCE_JITTER_MS,
+            lock: RefCell::new(None),
+            heartbeat: RefCell::new(None),
+            watchdog: RefCell::new(None),
+            calls: RefCell::new(BTreeMap::new()),
+            next_call: Cell::new(0),
+            leader_health: RefCell::new(None),
+            inbox: RefCell::new(VecDeque::new()),
+            draining: Cell::new(false),
+        }
+    }
+
+    /// True while this tab runs the sync loops.
+    pub fn leading(&self) -> bool {
+        self.leading.get()
+    }
+
+    pub fn leader_health(&self) -> Option<Value> {
+        self.leader_health.borrow().clone()
+    }
+
+    fn post(&self, message: &Message) {
+        if let (Some(channel), Ok(js)) = (&self.channel, crate::js::encode(message)) {
+            let _ = channel.post_message(&js);
+        }
+    }
+
+    /// Tells the other tabs that a step committed.
+    pub fn announce(&self, version: f64, events: &[Event], health: Option<Value>) {
+        self.post(&Message::Commit { from: self.tab.clone(), version, events: events.to_vec(), health });
+    }
+
+    fn heard(&self, from: &str) {
+        *self.leader.borrow_mut() = Some(from.to_string());
+        self.last_heard.set(now() as f64);
+        self.ping_sent.set(None);
+    }
+}
+
+/// Joins the tabs of the client's database: listens on the channel, queues for the leader lock
+/// and watches the leader.
+pub fn join(inner: &Rc<Inner>) {
+    let tabs = &inner.tabs;
+    if let Some(channel) = &tabs.channel {
+        let weak = Rc::downgrade(inner);
+        let handler = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
+            let Some(inner) = weak.upgrade() else { return };
+            if let Ok(message) = serde_wasm_bindgen::from_value::<Message>(event.data()) {
+                receive(&inner, message);
+            }
+        });
+        channel.set_onmessage(Some(handler.as_ref().unchecked_ref()));
+        *tabs.on_message.borrow_mut() = Some(handler);
+    }
+    queue_for_lock(inner, false);
+    let weak = Rc::downgrade(inner);
+    *tabs.watchdog.borrow_mut() = Some(Interval::new(WATCHDOG_MS, move || {
+        if let Some(inner) = weak.upgrade() {
+            watch_leader(&inner);
+        }
+    }));
+}
+
+/// Leaves: gives up the lock (the next tab in the queue leads at once), stops every timer and
+/// refuses the calls still waiting for a leader.
+pub fn leave(inner: &Inner) {
+    let tabs = &inner.tabs;
+    tabs.leading.set(false);
+    tabs.heartbeat.borrow_mut().take();
+    tabs.watchdog.borrow_mut().take();
+    if let Some(mut lock) = tabs.lock.borrow_mut().take() {
+        lock.give_up();
+    }
+    if let Some(channel) = &tabs.channel {
+        channel.set_onmessage(None);
+        channel.close();
+    }
+    tabs.on_message.borrow_mut().take();
+    let closed: JsValue = ClientError::new("CLIENT_CLOSED", "this client was closed").into();
+    for (_, call) in std::mem::take(&mut *tabs.calls.borrow_mut()) {
+        let _ = call.reject.call1(&JsValue::NULL, &closed);
+    }
+}
+
+fn queue_for_lock(inner: &Rc<Inner>, steal: bool) {
+    let (on_grant, on_loss) = (Rc::downgrade(inner), Rc::downgrade(inner));
+    let lock = LeaderLock::request(
+        &inner.tabs.name,
+        steal,
+        move || {
+            if let Some(inner) = on_grant.upgrade() {
+                spawn_local(async move { take_lead(&inner).await });
+            }
+        },
+        move || {
+            if let Some(inner) = on_loss.upgrade() {
+                lose_lead(&inner);
+            }
+        },
+    );
+    // Replacing a queued request leaves the queue first.
+    let previous = inner.tabs.lock.borrow_mut().replace(lock);
+    drop(previous);
+}
+
+/// The lock was granted: name this tab in the `sync` record, then run the loops.
+async fn take_lead(inner: &Rc<Inner>) {
+    if inner.closed.get() {
+        return;
+    }
+    if let Err(e) = inner.claim_lead().await {
+        web_sys::console::error_1(&format!("kizuna: could not take the lead: {}: {}", e.code, e.message).into());
+        lose_lead(inner);
+        return;
+    }
+    let tabs = &inner.tabs;
+    tabs.leading.set(true);
+    tabs.heard(&tabs.tab.clone());
+    tabs.post(&Message::Leader { from: tabs.tab.clone() });
+    scheduler::start(inner);
+    let weak = Rc::downgrade(inner);
+    *tabs.heartbeat.borrow_mut() = Some(Interval::new(HEARTBEAT_MS, move || {
+        if let Some(inner) = weak.upgrade() {
+            if inner.tabs.leading() {
+                inner.tabs.post(&Message::Heartbeat { from: inner.tabs.tab.clone(), health: inner.health_json() });
+            }
+        }
+    }));
+    // Calls made while no tab led, or handed to a leader that has gone: run them here.
+    let waiting: Vec<(u32, PendingCall)> = std::mem::take(&mut *tabs.calls.borrow_mut()).into_iter().collect();
+    for (_, call) in waiting {
+        let inner = inner.clone();
+        spawn_local(async move {
+            match run_call(&inner, &call.method).await {
+                Ok(value) => drop(call.resolve.call1(&JsValue::NULL, &crate::js::encode(&value).unwrap_or(JsValue::NULL))),
+                Err(e) => drop(call.reject.call1(&JsValue::NULL, &e.into())),
+            }
+        });
+    }
+}
+
+/// Another tab took the lead (or a step found another leader named): stop the loops and queue
+/// for the lock again.
+pub fn lose_lead(inner: &Rc<Inner>) {
+    let tabs = &inner.tabs;
+    let was_leading = tabs.leading.replace(false);
+    tabs.heartbeat.borrow_mut().take();
+    scheduler::stop(&inner.scheduler);
+    if !inner.closed.get() && (was_leading || tabs.lock.borrow().is_none()) {
+        tabs.last_heard.set(now() as f64);
+        queue_for_lock(inner, false);
+    }
+}
+
+/// A follower's watchdog: ping a silent leader, steal from one that does not answer.
+fn watch_leader(inner: &Rc<Inner>) {
+    let tabs = &inner.tabs;
+    if inner.closed.get() || tabs.leading() {
+        return;
+    }
+    let t = now() as f64;
+    match tabs.ping_sent.get() {
+        Some(sent) if t - sent > PONG_WAIT_MS => {
+            tabs.ping_sent.set(None);
+            tabs.last_heard.set(t);
+            queue_for_lock(inner, true);
+        }
+        Some(_) => {}
+        None if t - tabs.last_heard.get() > tabs.silence_ms => {
+            tabs.ping_sent.set(Some(t));
+            tabs.post(&Message::Ping { from: tabs.tab.clone() });
+        }
+        None => {}
+    }
+}
+
+fn receive(inner: &Rc<Inner>, message: Message) {
+    let tabs = &inner.tabs;
+    match message {
+        Message::Heartbeat { from, health } => {
+            tabs.heard(&from);
+            *tabs.leader_health.borrow_mut() = Some(health);
+        }
+        Message::Leader { from } => {
+            tabs.heard(&from);
+            // Calls handed to the leader that went: the new one runs them.
+            let calls: Vec<(u32, String)> = tabs.calls.borrow().iter().map(|(id, c)| (*id, c.method.clone())).collect();
+            for (id, method) in calls {
+                tabs.post(&Message::Call { from: tabs.tab.clone(), id, method });
+            }
+        }
+        Message::Ping { .. } => {
+            if tabs.leading() {
+                tabs.post(&Message::Pong { from: tabs.tab.clone() });
+            }
+        }
+        Message::Pong { from } => tabs.heard(&from),
+        Message::Call { from, id, method } => {
+            if tabs.leading() {
+                let inner = inner.clone();
+                spawn_local(async move {
+                    let (ok, error) = match run_call(&inner, &method).await {
+                        Ok(v) => (Some(v), None),
+                        Err(e) => (None, Some(ErrorJson { code: e.code, message: e.message, retryable: e.retryable })),
+                    };
+                    inner.tabs.post(&Message::Answer { to: from, id, ok, error });
+                });
+            }
+        }
+        // In order behind the commits before it, so a follower's `sync()` resolves after its
+        // state and events caught up with what the leader did.
+        other => {
+            tabs.inbox.borrow_mut().push_back(other);
+            if !tabs.draining.replace(true) {
+                let inner = inner.clone();
+                spawn_local(async move { drain(&inner).await });
+            }
+        }
+    }
+}
+
+/// Handles queued commits and answers one at a time, in the order they came.
+async fn drain(inner: &Rc<Inner>) {
+    loop {
+        let next = inner.tabs.inbox.borrow_mut().pop_front();
+        let Some(message) = next else { break };
+        match message {
+            Message::Commit { from, version, events, health } => {
+                if let Some(health) = health {
+                    inner.tabs.heard(&from);
+                    *inner.tabs.leader_health.borrow_mut() = Some(health);
+                }
+                inner.catch_up(version).await;
+                inner.deliver(&events);
+                // Another tab's write: the leader pushes it.
+                scheduler::arm(inner);
+            }
+            Message::Answer { to, id, ok, error } if to == inner.tabs.tab => {
+                let Some(call) = inner.tabs.calls.borrow_mut().remove(&id) else { continue };
+                match error {
+                    None => drop(call.resolve.call1(&JsValue::NULL, &crate::js::encode(&ok).unwrap_or(JsValue::NULL))),
+                    Some(e) => {
+                        let mut err = ClientError::new(&e.code, e.message);
+                        err.retryable = e.retryable;
+                        drop(call.reject.call1(&JsValue::NULL, &err.into()));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    inner.tabs.draining.set(false);
+}
+
+async fn run_call(inner: &Rc<Inner>, method: &str) -> Result<Value, ClientError> {
+    let outcome = match method {
+        "sync" => inner.sync().await.map(|r| r.to_json()),
+        _ => inner.pull().await.map(Value::Bool),
+    };
+    scheduler::arm(inner);
+    outcome
+}
+
+/// A follower's `sync()` or `pull()`: handed to the leader, answered when it ran. Resolves with
+/// the call's JSON result.
+pub async fn forward(inner: &Rc<Inner>, method: &str) -> Result<JsValue, JsValue> {
+    let tabs = &inner.tabs;
+    let id = tabs.next_call.get() + 1;
+    tabs.next_call.set(id);
+    let mut settle = None;
+    let answered = Promise::new(&mut |resolve, reject| settle = Some((resolve, reject)));
+    let (resolve, reject) = settle.expect("the promise executor runs at once");
+    tabs.calls.borrow_mut().insert(id, PendingCall { method: method.to_string(), resolve, reject });
+    tabs.post(&Message::Call { from: tabs.tab.clone(), id, method: method.to_string() });
+    JsFuture::from(answered).await
+}
