@@ -46,6 +46,12 @@ demo_db=$(fresh_database kizuna_demo_test)
 DATABASE_URL="$demo_db" start_gateway --www www --pkg pkg --dev-tokens --init-sql server/sql/examples/todos.sql
 KIZUNA_DEMO_URL="$gateway_url" runner "demo page (the npm package in a page, headless Chromium via Playwright)" \
   node --test tests/demo/
+tabs_db=$(fresh_database kizuna_tabs)
+DATABASE_URL="$tabs_db" start_gateway --www tests/tabs/page --pkg pkg --dev-tokens \
+  --init-sql server/sql/examples/todos.sql --init-sql server/sql/examples/notes.sql --init-sql crates/checker/schema.sql
+psql "$tabs_db" -qf tests/fixtures/bulk.sql
+KIZUNA_TABS_URL="$gateway_url" KIZUNA_TABS_DB="$tabs_db" \
+  runner "one database in many tabs (pages of one context, headless Chromium via Playwright)" node --test tests/tabs/
 runner "the npm package in a fresh Vite + TypeScript app (npm pack, its tsc, vite build, Chromium via Playwright)" \
   scripts/app-test.sh
 

@@ -38,13 +38,13 @@ use crate::scheduler;
 /// How often the leader says it is alive.
 const HEARTBEAT_MS: u32 = 250;
 /// How often a follower looks at the leader's silence.
-const WATCHDOG_MS: u32 = 200;
+const WATCHDOG_MS: u32 = 150;
 /// Silence after which a follower pings the leader (plus up to `SILENCE_JITTER_MS`, so followers
 /// do not all steal at once).
-const SILENCE_MS: f64 = 600.0;
+const SILENCE_MS: f64 = 400.0;
 const SILENCE_JITTER_MS: f64 = 200.0;
 /// How long a pinged leader has to answer before a follower takes the lock from it.
-const PONG_WAIT_MS: f64 = 400.0;
+const PONG_WAIT_MS: f64 = 300.0;
 
 /// What tabs of one database tell each other.
 #[derive(Debug, Serialize, Deserialize)]
