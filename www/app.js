@@ -56,7 +56,7 @@ async function render() {
     "horizon": cp.horizon, "committed": cp.committedAt ? new Date(cp.committedAt).toLocaleTimeString() : "never",
     "pending": status.pending, "retrying": status.retrying, "dead letters": status.deadLetters,
     "applied": status.applied, "rejected": status.rejected, "failure streak": health.failureStreak,
-    "last error": health.lastError ?? "none",
+    "last error": health.lastError ?? "none", "this tab": health.leader ? "leads the sync" : "follows the leading tab",
   };
   $("status").replaceChildren(...Object.entries(facts).flatMap(([k, v]) => [
     Object.assign(document.createElement("dt"), { textContent: k }),
@@ -64,11 +64,9 @@ async function render() {
   ]));
 }
 
-// One local database per tab: a database is open in one client at a time.
-const tab = sessionStorage.getItem("kizuna-demo-tab") ?? crypto.randomUUID();
-sessionStorage.setItem("kizuna-demo-tab", tab);
-
-// Sign-ins run one after another: a second open of the same database waits for the first to close.
+// One local database per user, shared by every tab that signs in as that user: one tab leads and
+// runs the sync loops for all (with its own "Simulate offline" switch), the others hear its news.
+// Sign-ins run one after another, so a switch closes the old client before opening the new one.
 let signingIn = Promise.resolve();
 function signIn(sub) {
   signingIn = signingIn.then(() => switchUser(sub)).catch((e) => log("error", `${e.code}: ${e.message}`));
@@ -79,7 +77,7 @@ async function switchUser(sub) {
   if (client) client.close();
   client = null;
   client = await KizunaClient.open({
-    name: `kizuna-demo-${sub}-${tab}`, url: location.origin, token: await tokenFor(sub),
+    name: `kizuna-demo-${sub}`, url: location.origin, token: await tokenFor(sub),
     buckets: [`user:${sub}`], fetch: demoFetch, pullIntervalMs: 10_000,
   });
   for (const name of ["change", "applied", "rejected", "deadLetter", "pushFailed", "checkpoint", "pullProgress", "checkpointExpired", "rehydrated", "conflicts"]) {
