@@ -134,7 +134,7 @@ fn describe(event: &Event) -> Value {
         Event::PushFailed { code, message, retryable } | Event::PullFailed { code, message, retryable } => {
             json!({ "code": code, "message": message, "retryable": retryable })
         }
-        Event::PullProgress { pages, entries } => json!({ "pages": pages, "entries": entries }),
+        Event::PullProgress { pages, entries, total } => json!({ "pages": pages, "entries": entries, "total": total }),
         Event::Checkpoint { cursor, horizon } => json!({ "cursor": cursor, "horizon": horizon }),
         Event::Conflicts(conflicts) => json!({ "conflicts": conflicts.iter().map(conflict_json).collect::<Vec<_>>() }),
         Event::CheckpointExpired | Event::ServerReset => json!({}),

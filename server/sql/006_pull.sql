@@ -135,6 +135,54 @@ begin
 end
 $$;
 
+-- Every change-log entry of a run, from the requested buckets, up to `cap + 1` of them (rows not
+-- yet rendered): what the run's total is counted over.
+create or replace function kizuna.run_candidates(buckets text[], run_from bigint, horizon bigint, cap integer)
+returns setof kizuna.changes language sql stable security definer set search_path = pg_catalog as $$
+  select c.*
+    from (select distinct b from unnest(buckets) b) rb
+   cross join lateral (
+     select * from kizuna.changes c
+      where c.bucket = rb.b and c.seq > run_from and c.seq <= horizon and (run_from > 0 or not c.deleted)
+      limit cap + 1) c
+   limit cap + 1
+$$;
+
+-- The number of entries a run from `run_from` will deliver up to `horizon`, counted as the caller:
+-- live rows through the table's SELECT policy (keys as one array parameter, so through the primary
+-- key, as render_entries reads them), tombstones through their image. Null past
+-- `max_progress_count` entries, or when that setting is 0. The first page of a run carries it as
+-- `total`; the horizon advances with the run, so a run may deliver more than it counted.
+create or replace function kizuna.run_total(buckets text[], run_from bigint, horizon bigint) returns bigint
+language plpgsql stable as $$
+declare
+  cap integer := (select max_progress_count from kizuna.settings);
+  candidates kizuna.changes[];
+  t kizuna.synced_tables;
+  total bigint := 0;
+  n bigint;
+begin
+  if cap <= 0 then
+    return null;
+  end if;
+  candidates := array(select x from kizuna.run_candidates(buckets, run_from, horizon, cap) x);
+  if cardinality(candidates) > cap then
+    return null;
+  end if;
+  for t in select * from kizuna.synced_tables s
+            where s.name in (select x.tbl from unnest(candidates) x)
+              and has_table_privilege(s.rel, 'SELECT') loop
+    execute format('select count(*) from unnest(cast($1 as %3$s[])) as k(pk) join %1$s r on r.%2$I = k.pk',
+                   t.rel, t.pk_column, kizuna.column_type(t.rel, t.pk_column))
+      into n using array(select x.pk from unnest(candidates) x where x.tbl = t.name and not x.deleted);
+    total := total + n;
+    total := total + (select count(*) from unnest(candidates) x
+                       where x.tbl = t.name and x.deleted and kizuna.image_visible(t.rel, x.image));
+  end loop;
+  return total;
+end
+$$;
+
 -- Records that a run was served to completion for these buckets (the DELETE_WINS rule in 005).
 create or replace function kizuna.record_served(client uuid, buckets text[], run_from bigint, horizon bigint)
 returns void language plpgsql security definer set search_path = pg_catalog as $$
@@ -250,6 +298,8 @@ declare
   conflicts jsonb;
   chunk integer;
   examined integer := 0;
+  first_page boolean := false;
+  counted jsonb := '{}';
   out_of_budget boolean := false;
 begin
   perform kizuna.check_envelope(request);
@@ -278,6 +328,7 @@ begin
     run_from := 0;
     horizon := st.horizon;
     pos_seq := 1;
+    first_page := true;
   else
     parts := string_to_array(cur, '.');
     if cardinality(parts) = 6 and parts[2] = st.epoch then
@@ -299,6 +350,7 @@ begin
     if cardinality(parts) = 3 then
       horizon := st.horizon;
       pos_seq := run_from + 1;  -- with empty names: every entry with seq > run_from
+      first_page := true;
     else
       horizon := parts[4]::bigint;
       pos_seq := parts[5]::bigint;
@@ -324,6 +376,11 @@ begin
     if run_from > 0 and run_from < st.low_watermark then
       return kizuna.lifecycle_page('CHECKPOINT_EXPIRED');
     end if;
+  end if;
+
+  -- The first page of a run says how many entries the run holds (see kizuna.run_total).
+  if first_page then
+    counted := jsonb_build_object('total', kizuna.run_total(buckets, run_from, horizon));
   end if;
 
   -- Collect up to lim + 1 visible entries (one look-ahead decides `done`), scanning candidates in
@@ -362,19 +419,19 @@ begin
     return jsonb_build_object('entries', entries, 'done', false, 'horizon', horizon,
       'cursor', format('kz1.%s.%s.%s.%s.%s.%s.%s', st.epoch, run_from, horizon, last_of_page ->> 'seq',
                        kizuna.hex(last_of_page ->> 'table'), kizuna.hex(last_of_page ->> 'pk'),
-                       kizuna.hex(last_of_page ->> 'bucket')));
+                       kizuna.hex(last_of_page ->> 'bucket'))) || counted;
   end if;
   if out_of_budget then
     -- Resume after the last candidate examined, which the caller may not be allowed to see.
     return jsonb_build_object('entries', entries, 'done', false, 'horizon', horizon,
       'cursor', format('kz1.%s.%s.%s.%s', st.epoch, run_from, horizon,
                        kizuna.seal(format('%s.%s.%s.%s', pos_seq, kizuna.hex(pos_tbl), kizuna.hex(pos_pk),
-                                          kizuna.hex(pos_bucket)))));
+                                          kizuna.hex(pos_bucket))))) || counted;
   end if;
 
   perform kizuna.record_served(c.client_id, buckets, run_from, horizon);
   page := jsonb_build_object('entries', entries, 'done', true, 'horizon', horizon,
-                             'cursor', format('kz1.%s.%s', st.epoch, horizon));
+                             'cursor', format('kz1.%s.%s', st.epoch, horizon)) || counted;
   if exists (select 1 from kizuna.synced_tables where journal) then
     conflicts := kizuna.conflicts_for(run_from, horizon);
     if conflicts is not null then

@@ -122,3 +122,35 @@ async fn another_epoch_is_a_server_reset_and_a_garbled_cursor_is_malformed() {
     assert_eq!(fresh.entries.len(), 6);
     assert_ne!(fresh.checkpoint.split('.').nth(1).unwrap(), epoch);
 }
+
+/// A run's first page says how many entries the run holds, as the caller sees them: another
+/// user's rows in the same requested bucket are neither counted nor delivered; later pages carry
+/// no total; a run from a checkpoint counts only what changed since.
+#[tokio::test]
+async fn the_first_page_counts_the_run_as_the_caller_sees_it() {
+    let db = TestDb::with_todos().await;
+    let alice = Caller::user(ALICE);
+    six_rows(&db, &alice).await;
+    let b = bucket();
+    // Rows in alice's bucket that only their owner may read: written in SQL as a stranger's.
+    db.client().batch_execute(&format!(
+        "insert into public.todos (id, owner, title) select 'hidden-' || g, 'b0b00000-0000-4000-8000-000000000002', 'x' from generate_series(1, 4) g;
+         update kizuna.changes set bucket = 'user:{ALICE}' where pk like 'hidden-%';")).await.unwrap();
+
+    let p1 = db.pull(&alice, pull_request(DEVICE, None, &[&b], 4)).await.unwrap();
+    assert_eq!(p1["total"], json!(6), "six visible entries; the four hidden ones are not counted: {p1}");
+    let p2 = db.pull(&alice, pull_request(DEVICE, p1["cursor"].as_str(), &[&b], 4)).await.unwrap();
+    assert_eq!(p2["done"], true);
+    assert!(p2.get("total").is_none(), "only the first page counts");
+    let delivered = p1["entries"].as_array().unwrap().len() + p2["entries"].as_array().unwrap().len();
+    assert_eq!(delivered, 6);
+
+    let mutation_7 = mutation(7, "todos", "g", "upsert", json!({"title": "g"}));
+    db.push(&alice, push_request(DEVICE, vec![mutation_7])).await.unwrap();
+    let next = db.pull(&alice, pull_request(DEVICE, p2["cursor"].as_str(), &[&b], 4)).await.unwrap();
+    assert_eq!((next["total"].clone(), next["entries"].as_array().unwrap().len()), (json!(1), 1));
+
+    db.client().batch_execute("update kizuna.settings set max_progress_count = 3").await.unwrap();
+    let capped = db.pull(&alice, pull_request(DEVICE, None, &[&b], 4)).await.unwrap();
+    assert_eq!(capped["total"], Value::Null, "past max_progress_count the total is unknown");
+}

@@ -19,8 +19,6 @@ const JWT_SECRET: &str = match option_env!("KIZUNA_TEST_JWT_SECRET") {
     Some(secret) => secret,
     None => "kizuna-dev-secret-change-me",
 };
-/// The owner of the 100,000 rows in tests/fixtures/bulk.sql.
-pub const BULK_USER: &str = "00000000-0000-4000-8000-000000000100";
 
 pub fn random_id() -> String {
     let crypto = Reflect::get(&js_sys::global(), &"crypto".into()).unwrap();

@@ -190,6 +190,16 @@ test("watch follows local, other-tab, remote and compensation changes, and not u
 test("a 100,000-row first sync: progress with a total that ends at 100% in every tab, and the store stays readable", async () => {
   const { context, pages } = await tabs(2, `bulk-${randomUUID()}`, BULK_USER, { pullLimit: 5000 });
   const follower = pages.find((p) => p !== pages[0]);
+  // A read made in another tab while pages arrive finishes before the run does: no transaction
+  // is held open across the network waits between pages.
+  await follower.evaluate(() => {
+    window.order = [];
+    const off = window.test.client.on("pullProgress", () => {
+      off();
+      window.test.client.get("todos", "bulk-000001").then(() => window.order.push("read"));
+    });
+    window.test.client.on("checkpoint", () => window.order.push("run"));
+  });
   await until("the first checkpoint", async () => (await seen(follower, "checkpoint")).length > 0, 240000);
   for (const page of pages) {
     const progress = await until("progress heard", async () => {
@@ -202,6 +212,7 @@ test("a 100,000-row first sync: progress with a total that ends at 100% in every
     assert.equal(progress[0].total, 100000, "the first page says how many entries the run holds");
     assert.deepEqual({ entries: progress.at(-1).entries, total: progress.at(-1).total }, { entries: 100000, total: 100000 }, "ends at 100%");
   }
+  assert.deepEqual(await follower.evaluate(() => window.order.slice(0, 2)), ["read", "run"], "the read finished while the run went on");
   assert.equal(await follower.evaluate(() => window.test.client.query("todos").then((r) => r.length)), 100000);
   await context.close();
 });

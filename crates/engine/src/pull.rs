@@ -78,6 +78,8 @@ pub(crate) struct PullRun {
     pub from_null: bool,
     pub pages: u32,
     pub entries: u64,
+    /// What the run's first page said it holds (the server's count; see `PullPage::total`).
+    pub total: Option<u64>,
     pub horizon: Option<i64>,
     pub conflicts: Vec<Conflict>,
     /// The closing page arrived; the plan is with the adapter.
@@ -122,6 +124,7 @@ impl Engine {
             from_null: cursor.is_none(),
             pages: 0,
             entries: 0,
+            total: None,
             horizon: None,
             conflicts: Vec::new(),
             committing: false,
@@ -157,6 +160,7 @@ impl Engine {
                 from_null: true,
                 pages: 0,
                 entries: 0,
+                total: None,
                 horizon: None,
                 conflicts: Vec::new(),
                 committing: false,
@@ -182,6 +186,9 @@ impl Engine {
         let page_no = run.pages;
         run.pages += 1;
         run.entries += page.entries.len() as u64;
+        if page_no == 0 {
+            run.total = page.total;
+        }
         run.horizon = Some(page.horizon);
         run.conflicts.extend(page.conflicts.iter().flatten().cloned());
         if page.done {
@@ -189,7 +196,8 @@ impl Engine {
             let run = run.clone();
             return PullStep::Commit(CommitPlan::new(self, run, page));
         }
-        let progress = Event::PullProgress { pages: run.pages, entries: run.entries };
+        // The horizon advances with the run, so more may arrive than the first page counted.
+        let progress = Event::PullProgress { pages: run.pages, entries: run.entries, total: run.total.map(|t| t.max(run.entries)) };
         let next = self.pull_request(Some(page.cursor.clone()));
         let mut ops = Vec::new();
         if page_no == 0 {

@@ -125,6 +125,9 @@ pub enum Event {
         pages: u32,
         /// Entries received in this run.
         entries: u64,
+        /// Entries the run holds: the server's count with its first page (at least `entries`), or
+        /// `entries` on the closing page; `None` when the server gave no count.
+        total: Option<u64>,
     },
     /// A new checkpoint was committed.
     Checkpoint {

@@ -50,8 +50,8 @@ fn pages_are_staged_then_committed_at_the_closing_boundary() {
     assert_eq!(h.engine.checkpoint().committed_at, Some(h.now));
     assert_eq!(h.store.meta.as_ref().unwrap().checkpoint, *h.engine.checkpoint());
     let events = h.events();
-    let progress: Vec<_> = events.iter().filter_map(|e| if let Event::PullProgress { pages, entries } = e { Some((*pages, *entries)) } else { None }).collect();
-    assert_eq!(progress, vec![(1, 10), (2, 20), (3, 25)]);
+    let progress: Vec<_> = events.iter().filter_map(|e| if let Event::PullProgress { pages, entries, total } = e { Some((*pages, *entries, *total)) } else { None }).collect();
+    assert_eq!(progress, vec![(1, 10, Some(25)), (2, 20, Some(25)), (3, 25, Some(25))], "a total from the first page; 100% at the close");
     assert!(events.iter().any(|e| matches!(e, Event::Change { keys, origin: ChangeOrigin::Remote } if keys.len() == 25)));
     assert!(matches!(events.last(), Some(Event::Checkpoint { horizon: 25, .. })));
 }

@@ -178,7 +178,7 @@ impl SimServer {
             None
         };
         if let Some(signal) = lifecycle {
-            return PullPage { entries: vec![], cursor: String::new(), done: false, horizon, lifecycle: Some(signal), conflicts: None };
+            return PullPage { entries: vec![], cursor: String::new(), done: false, horizon, lifecycle: Some(signal), conflicts: None, total: None };
         }
         // The snapshot at `horizon`: the last state of each key changed in (start, horizon].
         let mut latest: BTreeMap<(String, String), &LogEntry> = BTreeMap::new();
@@ -204,7 +204,9 @@ impl SimServer {
         let done = reached >= all.len();
         let cursor = if done { format!("v1:{}:{}", self.epoch, horizon) } else { format!("v1:{}:{}:{}:{}", self.epoch, start, horizon, reached) };
         let conflicts = if done && !self.conflicts.is_empty() { Some(std::mem::take(&mut self.conflicts)) } else { None };
-        PullPage { entries: page, cursor, done, horizon, lifecycle: None, conflicts }
+        // A run's first page counts the run, as the pack does (kizuna.run_total).
+        let total = (offset == 0).then_some(all.len() as u64);
+        PullPage { entries: page, cursor, done, horizon, lifecycle: None, conflicts, total }
     }
 }
 
