@@ -30,3 +30,8 @@ for limit in 1000 5000; do
 done
 psql "$db" -qf bench/push.sql 2>&1 | sed -n 's/.*NOTICE: */  /p'
 psql "$db" -qf bench/stranger.sql 2>&1 | sed -n 's/.*NOTICE: */  /p'
+
+echo "== the browser client beside its limits (release build, headless Chromium): target/bench/results.md"
+scripts/package.sh --release >/dev/null
+DATABASE_URL="$db" start_gateway --www bench/browser --pkg pkg --dev-tokens --reap-interval 0
+KIZUNA_BENCH_URL="$gateway_url" node bench/browser/run.mjs

@@ -117,6 +117,11 @@ test("the leading tab freezes: another takes over within 2 s; nothing is lost or
   const frozen = await leader(pages);
   const other = pages.find((p) => p !== frozen);
   await frozen.evaluate((list) => window.test.client.put("hist_items", "before-freeze", { id: "before-freeze", list, title: "written by the leader" }), list);
+  // Frozen between tasks, as the browser freezes a tab: not in the middle of an IndexedDB
+  // transaction, which would hold every tab's writes until it resumed.
+  await until("the leader's write pushed", () => sql(`select count(*) from hist_items where id = 'before-freeze'`) === "1");
+  await until("the leader idle", async () => (await pending(frozen)) === 0 && !(await frozen.evaluate(() => window.test.client.getSyncHealth().inFlight)));
+  await new Promise((r) => setTimeout(r, 500));
   // A frozen tab runs no task and keeps its locks and connections. CDP's lifecycle "frozen" state
   // leaves a visible headless page's timers running, so the leader's JavaScript is stopped with
   // the debugger instead: the same from every other tab's point of view.

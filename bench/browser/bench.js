@@ -1,0 +1,160 @@
+// The browser side of `make bench`: each figure of the client beside the limit measured in the
+// same page and run (raw IndexedDB doing the same stores' work, plain fetch of the same pages).
+import init, { KizunaClient } from "/pkg/kizunasync.js";
+
+const wasm = await init();
+const now = () => performance.now();
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.floor(s.length / 2)]; };
+const p99 = (xs) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor(s.length * 0.99))]; };
+
+async function token(sub) {
+  const res = await fetch("/kizuna/v1/dev-token", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ sub }) });
+  return (await res.json()).token;
+}
+const open = async (name, sub, extra = {}) => {
+  const jwt = await token(sub);
+  return KizunaClient.open({ name, url: location.origin, token: () => jwt, buckets: [`user:${sub}`], autoSync: false, ...extra });
+};
+const row = (i) => ({ id: `r${i}`, title: `row number ${i} with some words in it`, done: i % 2 === 0, position: i });
+
+// Raw IndexedDB with the client's two stores a write touches: rows (with a table index) and outbox.
+function rawDb(name) {
+  return new Promise((resolve, reject) => {
+    const req = indexedDB.open(name, 1);
+    req.onupgradeneeded = () => {
+      const db = req.result;
+      db.createObjectStore("rows").createIndex("table", "table");
+      db.createObjectStore("outbox");
+    };
+    req.onsuccess = () => resolve(req.result);
+    req.onerror = () => reject(req.error);
+  });
+}
+const done = (tx) => new Promise((resolve, reject) => { tx.oncomplete = resolve; tx.onerror = tx.onabort = () => reject(tx.error); });
+function rawPut(db, records) {
+  const tx = db.transaction(["rows", "outbox"], "readwrite");
+  for (const [i, r] of records) {
+    tx.objectStore("rows").put({ table: "todos", pk: r.id, visible: r, base: null }, ["todos", r.id]);
+    tx.objectStore("outbox").put({ seq: i, table: "todos", pk: r.id, op: "upsert", columns: r }, i);
+  }
+  return done(tx);
+}
+
+window.bench = {
+  async localWrite(n) {
+    const db = await rawDb(`raw-write-${crypto.randomUUID()}`);
+    const raw = [];
+    for (let i = 0; i < n; i++) { const t = now(); await rawPut(db, [[i, row(i)]]); raw.push(now() - t); }
+    db.close();
+    const client = await open(`kz-write-${crypto.randomUUID()}`, crypto.randomUUID());
+    const kz = [];
+    for (let i = 0; i < n; i++) { const t = now(); await client.put("todos", `r${i}`, row(i)); kz.push(now() - t); }
+    client.close();
+    return { kizuna_p50_ms: median(kz), raw_p50_ms: median(raw), ratio: median(kz) / median(raw) };
+  },
+
+  async batch(n) {
+    const db = await rawDb(`raw-batch-${crypto.randomUUID()}`);
+    let t = now();
+    await rawPut(db, Array.from({ length: n }, (_, i) => [i, row(i)]));
+    const raw = now() - t;
+    db.close();
+    const client = await open(`kz-batch-${crypto.randomUUID()}`, crypto.randomUUID());
+    t = now();
+    await client.batch(Array.from({ length: n }, (_, i) => ({ op: "upsert", table: "todos", pk: `r${i}`, row: row(i) })));
+    const kz = now() - t;
+    client.close();
+    return { kizuna_ms: kz, raw_ms: raw, ratio: kz / raw };
+  },
+
+  // The first sync of `sub`'s rows; then the limits: plain fetch + JSON.parse of the same pages,
+  // and raw IndexedDB puts of the same rows, one transaction per page.
+  async initialSync(sub, limit) {
+    const name = `kz-sync-${crypto.randomUUID()}`;
+    const client = await open(name, sub, { pullLimit: limit });
+    let t = now();
+    await client.pull();
+    const kz = now() - t;
+    const memory = wasm.memory.buffer.byteLength;
+    const count = (await client.list("todos")).length;
+    const q = now();
+    const open_rows = await client.query("todos", { where: { done: false } });
+    const query = now() - q;
+    client.close();
+
+    const jwt = await token(sub);
+    const pages = [];
+    let cursor = null;
+    t = now();
+    for (;;) {
+      const res = await fetch("/rest/v1/rpc/kizuna_pull", {
+        method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${jwt}` },
+        body: JSON.stringify({ request: { protocol: 1, client_id: crypto.randomUUID(), cursor, buckets: [`user:${sub}`], limit } }),
+      });
+      const page = await res.json();
+      pages.push(page.entries);
+      if (page.done) break;
+      cursor = page.cursor;
+    }
+    const fetched = now() - t;
+    const db = await rawDb(`raw-sync-${crypto.randomUUID()}`);
+    t = now();
+    let i = 0;
+    for (const entries of pages) await rawPut(db, entries.map((e) => [i++, { id: e.pk, ...e.row }]));
+    const raw = now() - t;
+    // The raw limit of the query: the table index's getAll, filtered in JS.
+    t = now();
+    const all = await new Promise((resolve) => {
+      const req = db.transaction("rows").objectStore("rows").index("table").getAll("todos");
+      req.onsuccess = () => resolve(req.result);
+    });
+    const rawOpen = all.filter((r) => r.visible.done === false);
+    const rawQuery = now() - t;
+    db.close();
+    return {
+      initial_sync: { rows: count, kizuna_ms: kz, raw_idb_ms: raw, fetch_ms: fetched, ratio: kz / raw, fetch_ratio: kz / fetched, wasm_memory_bytes: memory },
+      query: { matches: open_rows.length, raw_matches: rawOpen.length, kizuna_ms: query, raw_ms: rawQuery, ratio: query / rawQuery },
+    };
+  },
+
+  async openPending(n) {
+    const name = `kz-pending-${crypto.randomUUID()}`, sub = crypto.randomUUID();
+    let client = await open(name, sub);
+    for (let i = 0; i < n; i += 1000) {
+      await client.batch(Array.from({ length: Math.min(1000, n - i) }, (_, j) => ({ op: "upsert", table: "todos", pk: `r${i + j}`, row: row(i + j) })));
+    }
+    client.close();
+    const t = now();
+    client = await open(name, sub);
+    const ms = now() - t;
+    const pending = client.pendingWrites().length;
+    const s = now();
+    await client.sync();
+    const pushMs = now() - s;
+    client.close();
+    return { open_pending: { writes: pending, ms }, push: { writes: n, ms: pushMs, writes_per_s: n / (pushMs / 1000) } };
+  },
+
+  // One device's write as another device's `change` event (wake stream on): timestamps on the
+  // shared performance timeline (both pages run in one browser process).
+  async listen(sub) {
+    window.heard = [];
+    window.listener = await open(`kz-wake-b-${crypto.randomUUID()}`, sub, { autoSync: true });
+    window.listener.on("change", (e) => { if (e.origin === "remote") for (const k of e.keys) window.heard.push([k.pk, performance.timeOrigin + now()]); });
+    await window.listener.sync();
+  },
+  async speak(sub, n) {
+    const client = await open(`kz-wake-a-${crypto.randomUUID()}`, sub, { autoSync: true });
+    const sent = [];
+    for (let i = 0; i < n; i++) {
+      sent.push([`w${i}`, performance.timeOrigin + now()]);
+      await client.put("todos", `w${i}`, row(i));
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+    client.close();
+    return sent;
+  },
+};
+window.stats = { median, p99 };
+document.getElementById("state").textContent = "ready";

@@ -1,0 +1,62 @@
+// `make bench`, browser part: drives bench/browser/ in headless Chromium against the real gateway
+// (release build of the package) and writes target/bench/results.json and results.md, each
+// figure beside the limit measured in the same run.
+import { writeFileSync, readFileSync, mkdirSync } from "node:fs";
+import { gzipSync } from "node:zlib";
+import { chromium } from "../../tools/node_modules/playwright-core/index.mjs";
+
+const url = process.env.KIZUNA_BENCH_URL;
+const BULK_USER = "00000000-0000-4000-8000-000000000100";
+if (!url) throw new Error("KIZUNA_BENCH_URL must be set (scripts/bench.sh starts the gateway)");
+const browser = await chromium.launch({
+  executablePath: "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"],
+});
+async function page(context) {
+  const p = await context.newPage();
+  p.on("pageerror", (e) => console.error("page error:", e.message));
+  await p.goto(`${url}/index.html`);
+  await p.waitForFunction(() => document.getElementById("state").textContent === "ready");
+  return p;
+}
+const results = {};
+try {
+  const a = await page(await browser.newContext());
+  results.local_write = await a.evaluate(() => window.bench.localWrite(300));
+  results.batch = await a.evaluate(() => window.bench.batch(1000));
+  Object.assign(results, await a.evaluate(([s]) => window.bench.initialSync(s, 1000), [BULK_USER]));
+  Object.assign(results, await a.evaluate(() => window.bench.openPending(10000)));
+
+  const sub = crypto.randomUUID();
+  const b = await page(await browser.newContext());
+  await b.evaluate((s) => window.bench.listen(s), sub);
+  const sent = await a.evaluate(([s]) => window.bench.speak(s, 20), [sub]);
+  const heard = new Map(await b.evaluate(() => window.heard));
+  const latencies = sent.filter(([pk]) => heard.has(pk)).map(([pk, at]) => heard.get(pk) - at);
+  const sorted = latencies.sort((x, y) => x - y);
+  results.wake_latency = { samples: sorted.length, of: sent.length, p50_ms: sorted[Math.floor(sorted.length / 2)], p99_ms: sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * 0.99))] };
+
+  const wasm = readFileSync("pkg/kizunasync_bg.wasm"), js = readFileSync("pkg/kizunasync.js");
+  results.bundle = { wasm_bytes: wasm.length, wasm_gzip_bytes: gzipSync(wasm, { level: 9 }).length, js_gzip_bytes: gzipSync(js, { level: 9 }).length };
+} finally {
+  await browser.close();
+}
+
+const targets = {
+  "local_write.ratio": ["≤", 1.2], "batch.ratio": ["≤", 1.2], "initial_sync.ratio": ["≤", 1.1], "initial_sync.fetch_ratio": ["≤", 1.5],
+  "query.ratio": ["≤", 1.0], "open_pending.ms": ["≤", 500], "wake_latency.p50_ms": ["≤", 30], "bundle.wasm_gzip_bytes": ["≤", 120000],
+};
+const get = (key) => key.split(".").reduce((o, k) => o?.[k], results);
+const fmt = (v) => typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(2)) : String(v);
+mkdirSync("target/bench", { recursive: true });
+writeFileSync("target/bench/results.json", JSON.stringify(results, null, 2) + "\n");
+const lines = ["# make bench: the browser client beside its limits", "", `measured ${new Date().toISOString()}, headless Chromium, release build`, "",
+  "| figure | value | target | met |", "|---|---|---|---|"];
+for (const [key, [op, limit]] of Object.entries(targets)) {
+  const v = get(key);
+  lines.push(`| \`${key}\` | ${fmt(v)} | ${op} ${limit} | ${typeof v === "number" && v <= limit ? "yes" : "no"} |`);
+}
+lines.push("", "| detail | value |", "|---|---|");
+for (const [group, figures] of Object.entries(results)) for (const [k, v] of Object.entries(figures)) lines.push(`| \`${group}.${k}\` | ${fmt(v)} |`);
+writeFileSync("target/bench/results.md", lines.join("\n") + "\n");
+console.log(lines.join("\n"));
