@@ -148,7 +148,7 @@ window.bench = {
     const sent = [];
     for (let i = 0; i < n; i++) {
       sent.push([`w${i}`, performance.timeOrigin + now()]);
-      await client.put("todos", `w${i}`, row(i));
+      await client.put("todos", `w${i}`, { ...row(i), id: `w${i}` });
       await new Promise((r) => setTimeout(r, 250));
     }
     await new Promise((r) => setTimeout(r, 1000));
