@@ -198,10 +198,18 @@ async fn load_state(tx: &Transaction<'_>) -> Result<Option<PersistedState>, Clie
     Ok(Some(PersistedState { meta: from_js(meta)?, outbox, dead, rows }))
 }
 
+/// The records of `keys` that exist. Every request is issued before the first answer is awaited:
+/// IndexedDB runs them back to back, where awaiting each in turn cost a round trip per key (a
+/// database with 10,000 pending writes took seconds to open).
 async fn read_rows(rows: &ObjectStore<'_>, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
-    let mut found = BTreeMap::new();
+    let mut requests = Vec::with_capacity(keys.len());
     for key in keys {
-        if let Some(value) = get(rows, row_key(&key.table, &key.pk)).await? {
+        requests.push(rows.get::<JsValue, _, _>(row_key(&key.table, &key.pk)).primitive().map_err(failed)?);
+    }
+    let mut found = BTreeMap::new();
+    for (key, request) in keys.iter().zip(requests) {
+        let value: Option<JsValue> = request.await.map_err(failed)?;
+        if let Some(value) = value.filter(|v| !v.is_undefined() && !v.is_null()) {
             found.insert(key.clone(), from_js(value)?);
         }
     }
