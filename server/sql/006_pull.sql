@@ -150,13 +150,15 @@ $$;
 
 -- The number of entries a run from `run_from` will deliver up to `horizon`, counted as the caller:
 -- live rows through the table's SELECT policy (keys as one array parameter, so through the primary
--- key, as render_entries reads them), tombstones through their image. Null past
--- `max_progress_count` entries, or when that setting is 0. The first page of a run carries it as
--- `total`; the horizon advances with the run, so a run may deliver more than it counted.
-create or replace function kizuna.run_total(buckets text[], run_from bigint, horizon bigint) returns bigint
+-- key, as render_entries reads them), tombstones through their image. Null past 200 pages of the
+-- request's `lim` (so the count costs at most a bounded multiple of what the request asked for)
+-- or past `max_progress_count` entries, or when that setting is 0. The first page of a run
+-- carries it as `total`; the horizon advances with the run, so a run may deliver more.
+drop function if exists kizuna.run_total(text[], bigint, bigint);
+create or replace function kizuna.run_total(buckets text[], run_from bigint, horizon bigint, lim integer) returns bigint
 language plpgsql stable as $$
 declare
-  cap integer := (select max_progress_count from kizuna.settings);
+  cap integer := least((select max_progress_count from kizuna.settings), 200::bigint * lim)::integer;
   candidates kizuna.changes[];
   t kizuna.synced_tables;
   total bigint := 0;
@@ -380,7 +382,7 @@ begin
 
   -- The first page of a run says how many entries the run holds (see kizuna.run_total).
   if first_page then
-    counted := jsonb_build_object('total', kizuna.run_total(buckets, run_from, horizon));
+    counted := jsonb_build_object('total', kizuna.run_total(buckets, run_from, horizon, lim));
   end if;
 
   -- Collect up to lim + 1 visible entries (one look-ahead decides `done`), scanning candidates in

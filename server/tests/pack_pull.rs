@@ -150,6 +150,15 @@ async fn the_first_page_counts_the_run_as_the_caller_sees_it() {
     let next = db.pull(&alice, pull_request(DEVICE, p2["cursor"].as_str(), &[&b], 4)).await.unwrap();
     assert_eq!((next["total"].clone(), next["entries"].as_array().unwrap().len()), (json!(1), 1));
 
+    // A run of more than 200 pages of the request's limit is not counted: a `limit: 1` page counts
+    // at most 200 entries, whatever the buckets hold.
+    let rows: Vec<Value> = (0..200).map(|i| mutation(8 + i, "todos", &format!("m{i}"), "upsert", json!({"title": "m"}))).collect();
+    db.push(&alice, push_request(DEVICE, rows)).await.unwrap();
+    let small = db.pull(&alice, pull_request(DEVICE, None, &[&b], 1)).await.unwrap();
+    assert_eq!(small["total"], Value::Null, "207 entries are more than 200 pages of one");
+    let paged = db.pull(&alice, pull_request(DEVICE, None, &[&b], 2)).await.unwrap();
+    assert_eq!(paged["total"], json!(207));
+
     db.client().batch_execute("update kizuna.settings set max_progress_count = 3").await.unwrap();
     let capped = db.pull(&alice, pull_request(DEVICE, None, &[&b], 4)).await.unwrap();
     assert_eq!(capped["total"], Value::Null, "past max_progress_count the total is unknown");
