@@ -287,3 +287,96 @@ fn the_cursor_never_regresses_over_random_pulls() {
         }
     }
 }
+
+/// The progress events of `events`, as (pages, entries, total).
+fn progress_of(events: &[Event]) -> Vec<(u32, u64, Option<u64>)> {
+    events.iter().filter_map(|e| if let Event::PullProgress { pages, entries, total } = e { Some((*pages, *entries, *total)) } else { None }).collect()
+}
+
+/// Runs one pull to its commit, letting `edit` change each page (by its 0-based number) first.
+fn pull_run_with(h: &mut Harness, mut edit: impl FnMut(usize, &mut kizuna_engine::protocol::PullPage)) {
+    let mut request = h.engine.poll_pull(h.now).unwrap();
+    for page_no in 0.. {
+        let mut page = h.server.pull(&request);
+        edit(page_no, &mut page);
+        match h.engine.on_pull_page(h.now, page) {
+            PullStep::Stage { tx, next } => {
+                h.store.apply(tx);
+                request = next;
+            }
+            PullStep::Commit(plan) => return h.commit(plan),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// The horizon advances during a run, so a run may deliver more than its first page counted:
+/// progress never reports a total below what arrived, a total on a later page is not the run's,
+/// and the closing page says total = entries.
+#[test]
+fn progress_total_is_never_below_the_entries_delivered() {
+    let mut h = Harness::new(small_pages());
+    seed_server(&mut h, 25);
+    pull_run_with(&mut h, |page_no, page| {
+        page.total = match page_no {
+            0 => Some(12), // as if 13 entries arrived after the first page was counted
+            1 => Some(999),
+            _ => page.total,
+        }
+    });
+    assert_eq!(progress_of(&h.events()), vec![(1, 10, Some(12)), (2, 20, Some(20)), (3, 25, Some(25))]);
+}
+
+/// A server that gives no total (an older pack, or past its count cap): no total until the
+/// closing page, which still ends at 100%.
+#[test]
+fn without_a_server_total_only_the_closing_page_has_one() {
+    let mut h = Harness::new(small_pages());
+    seed_server(&mut h, 25);
+    pull_run_with(&mut h, |_, page| page.total = None);
+    assert_eq!(progress_of(&h.events()), vec![(1, 10, None), (2, 20, None), (3, 25, Some(25))]);
+}
+
+/// A run restarted by a lifecycle signal (here between two pages) counts afresh: pages,
+/// entries and total come from the rehydrating run alone.
+#[test]
+fn a_restarted_run_counts_its_progress_afresh() {
+    let mut h = Harness::new(small_pages());
+    seed_server(&mut h, 15);
+    assert!(h.pull_step());
+    for i in 100..125 {
+        h.server.remote_write("todos", &i.to_string(), Op::Upsert, Some(row(json!({"i": i}))));
+    }
+    h.events();
+    h.engine.request_pull();
+    let request = h.engine.poll_pull(h.now).unwrap();
+    let PullStep::Stage { tx, next } = h.engine.on_pull_page(h.now, h.server.pull(&request)) else { panic!("a first page") };
+    h.store.apply(tx);
+    assert_eq!(progress_of(&h.events()), vec![(1, 10, Some(25))], "the run from the checkpoint counts what changed");
+    h.server.expire_below = Some(h.server.horizon());
+    let PullStep::Restart { tx, next: mut request } = h.engine.on_pull_page(h.now, h.server.pull(&next)) else { panic!("a restart") };
+    h.store.apply(tx);
+    let plan = loop {
+        match h.engine.on_pull_page(h.now, h.server.pull(&request)) {
+            PullStep::Stage { tx, next } => {
+                h.store.apply(tx);
+                request = next;
+            }
+            PullStep::Commit(plan) => break plan,
+            other => panic!("{other:?}"),
+        }
+    };
+    h.commit(plan);
+    let events = h.events();
+    assert!(matches!(events.first(), Some(Event::CheckpointExpired)));
+    assert_eq!(progress_of(&events), vec![(1, 10, Some(40)), (2, 20, Some(40)), (3, 30, Some(40)), (4, 40, Some(40))]);
+}
+
+/// A run of one page (the first page closes it) reports 100% at once.
+#[test]
+fn a_one_page_run_reports_its_total() {
+    let mut h = Harness::new(Config::default());
+    seed_server(&mut h, 5);
+    assert!(h.pull_step());
+    assert_eq!(progress_of(&h.events()), vec![(1, 5, Some(5))]);
+}
