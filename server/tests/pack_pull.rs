@@ -163,3 +163,41 @@ async fn the_first_page_counts_the_run_as_the_caller_sees_it() {
     let capped = db.pull(&alice, pull_request(DEVICE, None, &[&b], 4)).await.unwrap();
     assert_eq!(capped["total"], Value::Null, "past max_progress_count the total is unknown");
 }
+
+/// The total is the run counted at its first page's horizon; commits during the run move it
+/// either way, and the client reports max(total, entries), then total = entries at the close.
+/// Here a row already paged is written again (delivered twice), a row not yet paged is written
+/// (delivered once, in its new state), a new row arrives (one more) and a row not yet paged is
+/// deleted (a run from null delivers no tombstone: one fewer): 6 counted, 7 delivered.
+#[tokio::test]
+async fn writes_during_a_run_move_what_it_delivers_from_the_first_page_total() {
+    let db = TestDb::with_todos().await;
+    let alice = Caller::user(ALICE);
+    six_rows(&db, &alice).await;
+    let b = bucket();
+
+    let p1 = db.pull(&alice, pull_request(DEVICE, None, &[&b], 2)).await.unwrap();
+    assert_eq!(p1["total"], json!(6), "{p1}");
+    let first: Vec<&str> = p1["entries"].as_array().unwrap().iter().map(|e| e["pk"].as_str().unwrap()).collect();
+    assert_eq!(first, ["a", "b"], "one push is one seq, then pk order");
+    db.push(&alice, push_request(DEVICE, vec![
+        mutation(7, "todos", "a", "upsert", json!({"title": "a2"})),
+        mutation(8, "todos", "f", "upsert", json!({"title": "f2"})),
+        mutation(9, "todos", "g", "upsert", json!({"title": "g"})),
+        mutation(10, "todos", "d", "delete", Value::Null),
+    ])).await.unwrap();
+
+    let rest = pull_run(db.client(), &alice, DEVICE, p1["cursor"].as_str(), &[&b], 2).await.unwrap();
+    let delivered = 2 + rest.entries.len();
+    assert_eq!(delivered, 7, "{:?}", rest.entries);
+    let mut keys: Vec<&str> = first.iter().copied().chain(rest.entries.iter().map(|e| e["pk"].as_str().unwrap())).collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys, ["a", "b", "c", "e", "f", "g"], "d was deleted before its page");
+
+    // A run from the closing checkpoint counts exactly what it then delivers.
+    db.push(&alice, push_request(DEVICE, vec![mutation(11, "todos", "c", "delete", Value::Null)])).await.unwrap();
+    let p = db.pull(&alice, pull_request(DEVICE, Some(&rest.checkpoint), &[&b], 2)).await.unwrap();
+    assert_eq!((p["total"].clone(), p["entries"].as_array().unwrap().len(), p["done"].clone()), (json!(1), 1, json!(true)));
+    assert_eq!(p["entries"][0]["deleted"], true, "a tombstone is counted for a run from a checkpoint");
+}

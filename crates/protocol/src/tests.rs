@@ -39,6 +39,19 @@ fn tombstone_and_row_entries_round_trip() {
 }
 
 #[test]
+fn a_page_total_is_optional_and_omitted_when_absent() {
+    let page = |extra: serde_json::Value| {
+        let mut v = json!({"entries": [], "cursor": "c", "done": false, "horizon": 4});
+        v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        serde_json::from_value::<PullPage>(v).unwrap()
+    };
+    assert_eq!(page(json!({})).total, None, "an older pack sends none");
+    assert_eq!(page(json!({"total": null})).total, None, "past the server's cap");
+    assert_eq!(page(json!({"total": 12})).total, Some(12));
+    assert!(serde_json::to_value(page(json!({}))).unwrap().get("total").is_none());
+}
+
+#[test]
 fn rejected_verdict_with_null_row() {
     let v: Verdict = serde_json::from_value(json!({
         "id": Uuid::nil(), "status": "REJECTED", "reason": "RLS_DENIED", "server_row": null, "replayed": false
