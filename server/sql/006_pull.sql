@@ -53,6 +53,10 @@
 -- confidentiality only: a forged one can only skip or repeat entries the caller could see anyway).
 -- What a stranger can still count is the number of such pages a run over a hidden bucket takes,
 -- about one per pull_budget hidden entries: bucket names that carry a secret (a uuid) close that.
+-- The exception is a run's first page, which also counts the run for its `total` (kizuna.run_total):
+-- one pass over at most 200 pages of its limit (and max_progress_count) entries, whatever the
+-- caller may see, so its time does grow with a hidden bucket, up to that cap (max_progress_count = 0
+-- turns the count off).
 
 create or replace function kizuna.hex(t text) returns text language sql immutable as
   $$ select encode(convert_to(t, 'UTF8'), 'hex') $$;
@@ -135,31 +139,35 @@ begin
 end
 $$;
 
--- Every change-log entry of a run, from the requested buckets, up to `cap + 1` of them (rows not
--- yet rendered): what the run's total is counted over.
-create or replace function kizuna.run_candidates(buckets text[], run_from bigint, horizon bigint, cap integer)
-returns setof kizuna.changes language sql stable security definer set search_path = pg_catalog as $$
-  select c.*
+-- The change-log entries of a run, from the requested buckets, up to `cap + 1` of them, read
+-- through changes_bucket_seq (one index range per bucket): what the run's total is counted over.
+-- Only what the count needs: the key, and a tombstone's image (a live row's is not kept).
+drop function if exists kizuna.run_candidates(text[], bigint, bigint, integer);
+create or replace function kizuna.run_keys(buckets text[], run_from bigint, horizon bigint, cap integer,
+                                           out tbl text, out pk text, out deleted boolean, out image jsonb)
+returns setof record language sql stable security definer set search_path = pg_catalog as $$
+  select c.tbl, c.pk, c.deleted, c.image
     from (select distinct b from unnest(buckets) b) rb
    cross join lateral (
-     select * from kizuna.changes c
+     select c.tbl, c.pk, c.deleted, case when c.deleted then c.image end as image
+       from kizuna.changes c
       where c.bucket = rb.b and c.seq > run_from and c.seq <= horizon and (run_from > 0 or not c.deleted)
       limit cap + 1) c
    limit cap + 1
 $$;
 
 -- The number of entries a run from `run_from` will deliver up to `horizon`, counted as the caller:
--- live rows through the table's SELECT policy (keys as one array parameter, so through the primary
--- key, as render_entries reads them), tombstones through their image. Null past 200 pages of the
--- request's `lim` (so the count costs at most a bounded multiple of what the request asked for)
--- or past `max_progress_count` entries, or when that setting is 0. The first page of a run
--- carries it as `total`; the horizon advances with the run, so a run may deliver more.
+-- live rows through the table's SELECT policy (keys as one array parameter, as render_entries
+-- reads them), tombstones through their image. Null past 200 pages of the request's `lim` (so
+-- the count costs at most a bounded multiple of what the request asked for) or past
+-- `max_progress_count` entries, or when that setting is 0. The first page of a run carries it as
+-- `total`; the horizon advances with the run, so a run may deliver more (or fewer) than counted.
 drop function if exists kizuna.run_total(text[], bigint, bigint);
 create or replace function kizuna.run_total(buckets text[], run_from bigint, horizon bigint, lim integer) returns bigint
 language plpgsql stable as $$
 declare
   cap integer := least((select max_progress_count from kizuna.settings), 200::bigint * lim)::integer;
-  candidates kizuna.changes[];
+  g record;
   t kizuna.synced_tables;
   total bigint := 0;
   n bigint;
@@ -167,19 +175,29 @@ begin
   if cap <= 0 then
     return null;
   end if;
-  candidates := array(select x from kizuna.run_candidates(buckets, run_from, horizon, cap) x);
-  if cardinality(candidates) > cap then
-    return null;
-  end if;
-  for t in select * from kizuna.synced_tables s
-            where s.name in (select x.tbl from unnest(candidates) x)
-              and has_table_privilege(s.rel, 'SELECT') loop
-    execute format('select count(*) from unnest(cast($1 as %3$s[])) as k(pk) join %1$s r on r.%2$I = k.pk',
-                   t.rel, t.pk_column, kizuna.column_type(t.rel, t.pk_column))
-      into n using array(select x.pk from unnest(candidates) x where x.tbl = t.name and not x.deleted);
-    total := total + n;
-    total := total + (select count(*) from unnest(candidates) x
-                       where x.tbl = t.name and x.deleted and kizuna.image_visible(t.rel, x.image));
+  -- One pass over at most cap + 1 entries, grouped by table; `all_n` (over every group) is known
+  -- with the first group, so a run past the cap is not counted any further.
+  for g in select k.tbl, sum(count(*)) over () as all_n,
+                  array_agg(k.pk) filter (where not k.deleted) as live,
+                  array_agg(k.image) filter (where k.deleted) as images
+             from kizuna.run_keys(buckets, run_from, horizon, cap) k
+            group by k.tbl loop
+    if g.all_n > cap then
+      return null;
+    end if;
+    select s.* into t from kizuna.synced_tables s where s.name = g.tbl;
+    if t.name is null or not has_table_privilege(t.rel, 'SELECT') then
+      continue;  -- no privilege: nothing is visible
+    end if;
+    if g.live is not null then
+      execute format('select count(*) from unnest(cast($1 as %3$s[])) as k(pk) join %1$s r on r.%2$I = k.pk',
+                     t.rel, t.pk_column, kizuna.column_type(t.rel, t.pk_column))
+        into n using g.live;
+      total := total + n;
+    end if;
+    if g.images is not null then
+      total := total + (select count(*) from unnest(g.images) i where kizuna.image_visible(t.rel, i));
+    end if;
   end loop;
   return total;
 end

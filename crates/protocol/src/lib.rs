@@ -160,8 +160,8 @@ pub struct PullPage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflicts: Option<Vec<Conflict>>,
     /// On a run's first page: how many entries the run holds, counted as the caller sees them
-    /// (null past the server's `max_progress_count`). The horizon advances with the run, so more
-    /// may arrive; progress is `entries / max(total, entries)`.
+    /// (null past the server's cap on the count). The horizon advances with the run, so more (or,
+    /// after deletes, fewer) may arrive; progress is `entries / max(total, entries)`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<u64>,
 }
