@@ -267,7 +267,7 @@ impl KizunaClient {
             return Err(ClientError::new("CLIENT_CLOSED", "this client was closed").into());
         }
         let table = values::text(&table, "table")?;
-        let filter = Filter::parse((!filter.is_undefined() && !filter.is_null()).then_some(filter))?;
+        let filter = Filter::parse(Some(filter))?;
         let listener: Function = listener.dyn_into().map_err(|_| invalid("listener must be a function"))?;
         let id = watch::watch(&self.inner, table, filter, listener);
         let inner = Rc::downgrade(&self.inner);

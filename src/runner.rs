@@ -98,8 +98,7 @@ impl Inner {
             let seed = self.seed.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
             self.seed.set(seed);
             *self.engine.borrow_mut() = Engine::new(self.config.clone(), state, seed);
-            self.version.set(stamp.version);
-            *self.checkpoint.borrow_mut() = self.engine.borrow().checkpoint().clone();
+            self.settled_at(stamp.version);
         }
         let message = format!("{}: {}", error.code, error.message);
         self.engine.borrow_mut().after_storage_failure(now(), failures, message);
@@ -123,10 +122,15 @@ impl Inner {
             if let Some(state) = txn.load_state().await? {
                 self.engine.borrow_mut().adopt(state);
             }
-            self.version.set(txn.stamp.version);
-            *self.checkpoint.borrow_mut() = self.engine.borrow().checkpoint().clone();
+            self.settled_at(txn.stamp.version);
         }
         Ok(txn)
+    }
+
+    /// The engine's state is now as of stamp `version`: what the getters report follows it.
+    fn settled_at(&self, version: f64) {
+        self.version.set(version);
+        *self.checkpoint.borrow_mut() = self.engine.borrow().checkpoint().clone();
     }
 
     /// Another tab committed up to `version`: reload the engine's state (outside any step), so
@@ -139,8 +143,7 @@ impl Inner {
             // A step of this tab may have committed a later stamp while the load ran.
             if stamp.version > self.version.get() {
                 self.engine.borrow_mut().adopt(state);
-                self.version.set(stamp.version);
-                *self.checkpoint.borrow_mut() = self.engine.borrow().checkpoint().clone();
+                self.settled_at(stamp.version);
             }
         }
     }
@@ -196,10 +199,7 @@ impl Inner {
             self.recover(&e).await;
             return Err(e);
         }
-        if changes {
-            self.version.set(stamp.version);
-        }
-        *self.checkpoint.borrow_mut() = self.engine.borrow().checkpoint().clone();
+        self.settled_at(if changes { stamp.version } else { self.version.get() });
         self.deliver(&tx.events);
         if !tx.is_empty() {
             let health = self.tabs.leading().then(|| self.health_json());

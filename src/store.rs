@@ -208,8 +208,7 @@ async fn read_rows(rows: &ObjectStore<'_>, keys: &[RowKey]) -> Result<BTreeMap<R
     }
     let mut found = BTreeMap::new();
     for (key, request) in keys.iter().zip(requests) {
-        let value: Option<JsValue> = request.await.map_err(failed)?;
-        if let Some(value) = value.filter(|v| !v.is_undefined() && !v.is_null()) {
+        if let Some(value) = present(request.await.map_err(failed)?) {
             found.insert(key.clone(), from_js(value)?);
         }
     }
@@ -222,8 +221,12 @@ fn store<'a>(tx: &'a Transaction<'_>, name: &str) -> Result<ObjectStore<'a>, Cli
 
 /// The record at `key`, or `None`.
 async fn get(store: &ObjectStore<'_>, key: JsValue) -> Result<Option<JsValue>, ClientError> {
-    let found: Option<JsValue> = store.get(key).primitive().map_err(failed)?.await.map_err(failed)?;
-    Ok(found.filter(|v| !v.is_undefined() && !v.is_null()))
+    Ok(present(store.get(key).primitive().map_err(failed)?.await.map_err(failed)?))
+}
+
+/// A record read back, unless there was none.
+fn present(found: Option<JsValue>) -> Option<JsValue> {
+    found.filter(|v| !v.is_undefined() && !v.is_null())
 }
 
 async fn get_all(store: &ObjectStore<'_>) -> Result<Vec<JsValue>, ClientError> {

@@ -78,6 +78,28 @@ struct PendingCall {
     reject: Function,
 }
 
+impl PendingCall {
+    /// Settles the caller's promise with the call's outcome, wherever it ran.
+    fn settle(self, outcome: Result<Value, ClientError>) {
+        let _ = match outcome {
+            Ok(value) => self.resolve.call1(&JsValue::NULL, &crate::js::encode(&value).unwrap_or(JsValue::NULL)),
+            Err(e) => self.reject.call1(&JsValue::NULL, &e.into()),
+        };
+    }
+}
+
+impl From<ClientError> for ErrorJson {
+    fn from(e: ClientError) -> Self {
+        ErrorJson { code: e.code, message: e.message, retryable: e.retryable }
+    }
+}
+
+impl From<ErrorJson> for ClientError {
+    fn from(e: ErrorJson) -> Self {
+        ClientError { code: e.code, message: e.message, retryable: e.retryable }
+    }
+}
+
 pub struct Tabs {
     /// This client's id among the tabs.
     pub tab: String,
@@ -190,9 +212,8 @@ pub fn leave(inner: &Inner) {
         channel.close();
     }
     tabs.on_message.borrow_mut().take();
-    let closed: JsValue = ClientError::new("CLIENT_CLOSED", "this client was closed").into();
     for (_, call) in std::mem::take(&mut *tabs.calls.borrow_mut()) {
-        let _ = call.reject.call1(&JsValue::NULL, &closed);
+        call.settle(Err(ClientError::new("CLIENT_CLOSED", "this client was closed")));
     }
 }
 
@@ -245,10 +266,8 @@ async fn take_lead(inner: &Rc<Inner>) {
     for (_, call) in waiting {
         let inner = inner.clone();
         spawn_local(async move {
-            match run_call(&inner, &call.method).await {
-                Ok(value) => drop(call.resolve.call1(&JsValue::NULL, &crate::js::encode(&value).unwrap_or(JsValue::NULL))),
-                Err(e) => drop(call.reject.call1(&JsValue::NULL, &e.into())),
-            }
+            let outcome = run_call(&inner, &call.method).await;
+            call.settle(outcome);
         });
     }
 }
@@ -315,7 +334,7 @@ fn receive(inner: &Rc<Inner>, message: Message) {
                 spawn_local(async move {
                     let (ok, error) = match run_call(&inner, &method).await {
                         Ok(v) => (Some(v), None),
-                        Err(e) => (None, Some(ErrorJson { code: e.code, message: e.message, retryable: e.retryable })),
+                        Err(e) => (None, Some(e.into())),
                     };
                     inner.tabs.post(&Message::Answer { to: from, id, ok, error });
                 });
@@ -351,14 +370,10 @@ async fn drain(inner: &Rc<Inner>) {
             }
             Message::Answer { to, id, ok, error } if to == inner.tabs.tab => {
                 let Some(call) = inner.tabs.calls.borrow_mut().remove(&id) else { continue };
-                match error {
-                    None => drop(call.resolve.call1(&JsValue::NULL, &crate::js::encode(&ok).unwrap_or(JsValue::NULL))),
-                    Some(e) => {
-                        let mut err = ClientError::new(&e.code, e.message);
-                        err.retryable = e.retryable;
-                        drop(call.reject.call1(&JsValue::NULL, &err.into()));
-                    }
-                }
+                call.settle(match error {
+                    None => Ok(ok.unwrap_or(Value::Null)),
+                    Some(e) => Err(e.into()),
+                });
             }
             _ => {}
         }
