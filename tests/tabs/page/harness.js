@@ -1,14 +1,15 @@
 // The page the tabs tests drive: one client per page, every event it hears recorded, and an
 // account of the timers the page holds armed. The timer wrappers go in before the package loads.
-const armed = new Set();
+// handle -> what it is, so a test that finds one left can say which.
+const armed = new Map();
 const { setTimeout: realSetTimeout, clearTimeout: realClearTimeout, setInterval: realSetInterval, clearInterval: realClearInterval } = globalThis;
 globalThis.setTimeout = (fn, ms, ...args) => {
   const handle = realSetTimeout(() => { armed.delete(handle); if (typeof fn === "function") fn(...args); }, ms);
-  armed.add(handle);
+  armed.set(handle, `timeout of ${ms} ms`);
   return handle;
 };
 globalThis.clearTimeout = (handle) => { armed.delete(handle); realClearTimeout(handle); };
-globalThis.setInterval = (fn, ms, ...args) => { const handle = realSetInterval(fn, ms, ...args); armed.add(handle); return handle; };
+globalThis.setInterval = (fn, ms, ...args) => { const handle = realSetInterval(fn, ms, ...args); armed.set(handle, `interval of ${ms} ms`); return handle; };
 globalThis.clearInterval = (handle) => { armed.delete(handle); realClearInterval(handle); };
 
 const EVENTS = ["change", "applied", "rejected", "deadLetter", "pushFailed", "pullFailed", "pullProgress", "checkpoint", "conflicts", "checkpointExpired", "serverReset", "rehydrated"];
@@ -32,6 +33,7 @@ window.test = {
   client: null,
   seen: Object.fromEntries(EVENTS.map((e) => [e, []])),
   armedTimers: () => armed.size,
+  armedTimerKinds: () => [...armed.values()],
   async open(name, sub, options = {}) {
     const { buckets = [], ...rest } = options;
     this.client = await kizuna.KizunaClient.open({ name, url: location.origin, token: tokenFor(sub), buckets: [`user:${sub}`, ...buckets], ...rest });
