@@ -245,7 +245,9 @@ async fn take_lead(inner: &Rc<Inner>) {
     }
     if let Err(e) = inner.claim_lead().await {
         web_sys::console::error_1(&format!("kizuna: could not take the lead: {}: {}", e.code, e.message).into());
-        lose_lead(inner);
+        // Not leading, so `lose_lead` would keep the lock this tab was granted: give it to the
+        // next tab in the queue and wait behind it.
+        queue_for_lock(inner, false);
         return;
     }
     let tabs = &inner.tabs;
