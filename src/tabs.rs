@@ -243,7 +243,13 @@ async fn take_lead(inner: &Rc<Inner>) {
     if inner.closed.get() {
         return;
     }
-    if let Err(e) = inner.claim_lead().await {
+    let claimed = inner.claim_lead().await;
+    // `close()` may have run while the claim was being written: it gave the lock up already, and a
+    // closed client arms nothing (no heartbeat, no loops) and queues for nothing.
+    if inner.closed.get() {
+        return;
+    }
+    if let Err(e) = claimed {
         web_sys::console::error_1(&format!("kizuna: could not take the lead: {}: {}", e.code, e.message).into());
         // Not leading, so `lose_lead` would keep the lock this tab was granted: give it to the
         // next tab in the queue and wait behind it.
