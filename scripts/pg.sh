@@ -27,8 +27,13 @@ start)
   runuser -u postgres -- "$PGBIN/initdb" -D "$where/data" -A trust -U postgres --no-sync >/dev/null
   # fsync off by default: a throwaway cluster trades durability it does not need for speed.
   # Benchmarks of commit cost set KIZUNA_PG_FSYNC=on.
-  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$where/data" -w -l "$where/log" \
-    -o "-p $port -k '' -c listen_addresses=127.0.0.1 -c fsync=${KIZUNA_PG_FSYNC:-off} -c max_connections=200" start >/dev/null
+  # The server outlives this script: it must not keep what the caller had open (a pipe that a
+  # `| tee` waits on, a lock a build holds with flock), so descriptors above 2 are closed first.
+  (
+    for fd in /proc/$BASHPID/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-" 2>/dev/null; done
+    runuser -u postgres -- "$PGBIN/pg_ctl" -D "$where/data" -w -l "$where/log" \
+      -o "-p $port -k '' -c listen_addresses=127.0.0.1 -c fsync=${KIZUNA_PG_FSYNC:-off} -c max_connections=200" start >/dev/null
+  )
   echo "postgres://postgres@127.0.0.1:$port/postgres"
   ;;
 stop)
