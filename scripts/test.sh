@@ -21,12 +21,20 @@ runner() {
 
 runner "native and server tests" cargo test --no-fail-fast -p kizuna-protocol -p kizuna-engine -p kizuna-server
 
-# The consistency model against the real gateway and PostgreSQL: seeded histories with faults
-# (`make soak` runs many more).
+# The npm package: the browser clients of the history checker and the Playwright suites load it.
+runner "build the npm package (wasm-pack, its README and metadata, no any in its types)" scripts/package.sh --dev
+
+# The consistency model against the real gateway and PostgreSQL: seeded histories of native clients
+# and, in every fourth, a real client in Chromium, each behind its own faulty network (`make soak`
+# runs many more); then the self-test: a bug planted in the server is caught and shrunk.
 cargo build -q -p kizuna-checker
 history_db=$(fresh_database kizuna_history)
-runner "history checker (native clients, real gateway, real PostgreSQL, injected faults)" \
-  target/debug/kizuna-history --database-url "$history_db" --gateway target/debug/kizuna-server --seeds 1-16
+runner "history checker (native and browser clients, real gateway, real PostgreSQL, injected faults)" \
+  target/debug/kizuna-history --database-url "$history_db" --gateway target/debug/kizuna-server --seeds 1-16 \
+  --browser-every 4 --pkg pkg
+planted_db=$(fresh_database kizuna_history_planted)
+runner "history checker self-test (a lost update planted in the server is caught, then shrunk)" \
+  target/debug/kizuna-history --database-url "$planted_db" --gateway target/debug/kizuna-server --seeds 1-4 --plant-bug
 
 secret="kizuna-browser-test-secret"
 browser_db=$(fresh_database kizuna_browser)
@@ -37,7 +45,6 @@ KIZUNA_TEST_URL="$gateway_url" KIZUNA_TEST_JWT_SECRET="$secret" CHROMEDRIVER=/us
   WASM_BINDGEN_TEST_TIMEOUT=600 runner "browser tests (headless Chromium, real gateway, real PostgreSQL)" \
   wasm-pack test --headless --chrome -- --test browser
 
-runner "build the npm package (wasm-pack, its README and metadata, no any in its types)" scripts/package.sh --dev
 runner "the package's TypeScript types, as an app uses them (tsc --strict, skipLibCheck off)" \
   tsc --noEmit --strict --skipLibCheck false --target es2022 --module es2022 --moduleResolution bundler --lib esnext,dom \
   tests/types/usage.ts tests/types/typed.ts
@@ -58,8 +65,10 @@ runner "the npm package in a fresh Vite + TypeScript app (npm pack, its tsc, vit
 count() { grep -hoE "$1" "$log" | grep -oE '[0-9]+' | awk '{s += $1} END {print s + 0}'; }
 # The history checker: a history passes when it shows no violation.
 histories=$(count '^histories: [0-9]+'); violating=$(grep -c '^violations in seed' "$log" || true)
-passed=$(( $(count 'test result: [a-zA-Z]+\. [0-9]+ passed') + $(count '^# pass [0-9]+') + histories - violating ))
-failed=$(( $(count '[0-9]+ failed;') + $(count '^# fail [0-9]+') + violating ))
+self_test_passed=$(grep -c '^planted bug self-test: passed' "$log" || true)
+self_test_failed=$(grep -c '^planted bug self-test: failed' "$log" || true)
+passed=$(( $(count 'test result: [a-zA-Z]+\. [0-9]+ passed') + $(count '^# pass [0-9]+') + histories - violating + self_test_passed ))
+failed=$(( $(count '[0-9]+ failed;') + $(count '^# fail [0-9]+') + violating + self_test_failed ))
 echo
 echo "make test: $passed passed, $failed failed"
 if [ ${#failed_runners[@]} -gt 0 ]; then

@@ -309,7 +309,8 @@ impl KizunaClient {
     #[wasm_bindgen(skip_typescript, js_name = getCheckpoint)]
     pub fn get_checkpoint(&self) -> JsValue {
         let c = self.inner.checkpoint.borrow();
-        to_js(&json!({ "cursor": c.cursor, "horizon": c.horizon, "committedAt": c.committed_at }))
+        let buckets = c.buckets.clone().unwrap_or_else(|| self.inner.config.buckets.clone());
+        to_js(&json!({ "cursor": c.cursor, "horizon": c.horizon, "committedAt": c.committed_at, "buckets": buckets }))
     }
 
     #[wasm_bindgen(skip_typescript, js_name = getSyncHealth)]

@@ -86,7 +86,7 @@ pub fn entry_json(e: &OutboxEntry) -> Value {
         "seq": e.seq, "id": e.id, "table": e.table, "pk": e.pk, "op": e.op, "columns": e.columns,
         "batch": e.batch, "applyAfter": e.apply_after, "createdAt": e.created_at, "readSeq": e.read_seq,
         "sent": e.sent, "attempts": e.attempts, "permanentFailures": e.permanent_failures,
-        "retryAt": e.retry_at, "lastError": e.last_error,
+        "retryAt": e.retry_at, "lastError": e.last_error, "hlc": e.hlc, "latestOnly": e.latest_only,
     })
 }
 

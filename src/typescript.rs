@@ -149,7 +149,14 @@ export type BatchWrite<DB extends object = AnyTables> = {
     | { op: "delete"; table: T; pk: string };
 }[TableName<DB>];
 
-export interface Checkpoint { cursor: string | null; horizon: number; committedAt: number | null; }
+export interface Checkpoint {
+  cursor: string | null; horizon: number; committedAt: number | null;
+  /**
+   * The bucket set the local rows are the server's state of. After `open` with other `buckets`,
+   * it names the old set until the pull that brings the new one commits.
+   */
+  buckets: string[];
+}
 export interface SyncHealth {
   failureStreak: number; lastError: string | null; lastSuccessAt: number | null; inFlight: boolean; online: boolean;
   /** This tab runs the sync loops for every tab of this database. */
@@ -178,6 +185,10 @@ export interface PendingWrite {
   /** Consecutive permanent refusals; at 5 the write becomes a dead letter. */
   permanentFailures: number;
   retryAt: number | null; lastError: string | null;
+  /** The write's origin hybrid logical clock, which orders columns in a table of `hlc` conflict mode. */
+  hlc: string;
+  /** A newer write to the same key may replace this one while it is unsent. */
+  latestOnly: boolean;
 }
 
 export interface DeadLetter { entry: PendingWrite; error: string; deadAt: number; }

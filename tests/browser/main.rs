@@ -9,7 +9,6 @@ wasm_bindgen_test_configure!(run_in_browser);
 mod support;
 mod conflicts;
 mod consistency;
-mod histories;
 mod js_face;
 mod pull_side;
 mod push_side;

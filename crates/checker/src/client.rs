@@ -1,119 +1,53 @@
 //! A real client without a browser: the sans-IO engine driven the way the browser adapter drives it
-//! (src/runner.rs), over real HTTP, on an in-memory store, recording what it did and saw.
+//! (src/runner.rs), over real HTTP through its own faulty network (proxy.rs), on an in-memory
+//! store, recording what it did and saw.
 
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use kizuna_engine::memory::MemoryStore;
-use kizuna_engine::protocol::{PullPage, PushResponse, Reason, Row};
+use kizuna_engine::protocol::{PullPage, PushResponse, Row};
 use kizuna_engine::util::{apply_op, replay};
 use kizuna_engine::{Config, Engine, Event, LocalWrite, OutboxEntry, PullStep, RowKey, StoreOp, Transaction};
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::plan::TABLES;
+use crate::proxy::Proxy;
+use crate::record::{now_ms, row_name, Outcome, Read, Record};
 use crate::transport::Transport;
 
-/// The checker's tables: columns ordered by arrival, and by hybrid logical clocks.
-pub const TABLES: [&str; 2] = ["hist_items", "hist_notes"];
-
-/// How the history names a row: `table/pk`.
-pub fn row_name(table: &str, pk: &str) -> String {
-    format!("{table}/{pk}")
-}
-
-pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
-
-/// How a mutation ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
-    /// Applied at this commit number (`None`: SKIPPED, its commit unknown).
-    Applied(Option<i64>),
-    Rejected(Reason),
-    DeadLettered,
-    /// Replaced in the outbox by a newer latest-only write to its key before it was sent.
-    Coalesced,
-}
-
-/// A committed checkpoint as the client held it.
-#[derive(Debug, Clone)]
-pub struct Snapshot {
-    /// When, in the client's own order of events (see `Client::clock`).
-    pub at: u64,
-    pub horizon: i64,
-    pub buckets: Vec<String>,
-    /// The server's part (`base`) of every row of the checker's table.
-    pub rows: BTreeMap<String, Value>,
+/// The engine's settings in every history: short backoffs and pages of two entries, so a history
+/// of seconds meets retries, dead letters and multi-page runs.
+pub fn config(buckets: Vec<String>) -> Config {
+    Config { retry_base_ms: 20, retry_max_ms: 200, pull_limit: 2, pull_interval_ms: 200, max_slice: 8, buckets, ..Config::default() }
 }
 
 pub struct Client {
-    pub name: String,
-    pub user: String,
+    pub rec: Record,
     pub config: Config,
     pub engine: Engine,
     pub store: MemoryStore,
-    pub transport: Transport,
+    pub proxy: Proxy,
+    transport: Transport,
     seed: u64,
-    /// Every mutation this client made, as last stored, by id.
-    pub writes: BTreeMap<Uuid, OutboxEntry>,
-    pub outcomes: BTreeMap<Uuid, Outcome>,
-    /// When each verdict arrived, in the client's own order of events.
-    pub answered_at: BTreeMap<Uuid, u64>,
-    /// Counts events and snapshots, to order them.
-    pub clock: u64,
-    pub snapshots: Vec<Snapshot>,
-    /// Violations seen while running (read-your-writes at write and commit time, regressions).
-    pub violations: Vec<String>,
-    /// What happened, line by line with the time in microseconds: writes, mutations sent and
-    /// their verdicts, entries pulled, commits, reloads. Printed for the keys of a violation.
-    pub trace: Vec<(i64, String)>,
-    pub ops: u64,
 }
 
 impl Client {
-    pub fn new(name: String, user: String, buckets: Vec<String>, transport: Transport, seed: u64) -> Client {
-        let config = Config {
-            retry_base_ms: 20,
-            retry_max_ms: 200,
-            pull_limit: 2,
-            pull_interval_ms: 200,
-            max_slice: 8,
-            buckets,
-            ..Config::default()
-        };
+    pub fn new(name: String, user: String, buckets: Vec<String>, proxy: Proxy, seed: u64) -> Client {
+        let config = config(buckets.clone());
         let state = Engine::fresh_state(Uuid::new_v4());
         let store = MemoryStore::new(&state);
         let engine = Engine::new(config.clone(), state, seed);
-        Client {
-            name,
-            user,
-            config,
-            engine,
-            store,
-            transport,
-            seed,
-            writes: BTreeMap::new(),
-            outcomes: BTreeMap::new(),
-            answered_at: BTreeMap::new(),
-            clock: 0,
-            snapshots: Vec::new(),
-            violations: Vec::new(),
-            trace: Vec::new(),
-            ops: 0,
-        }
-    }
-
-    pub fn note(&mut self, line: String) {
-        let micros = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
-        self.trace.push((micros, format!("{} {line}", self.name)));
+        let transport = Transport::new(proxy.url(), &user);
+        Client { rec: Record::new(name, user, buckets), config, engine, store, proxy, transport, seed }
     }
 
     /// A reload: a new engine from what the store holds (with `buckets`, when the app changed them).
     pub fn reload(&mut self, buckets: Option<Vec<String>>) {
-        self.note(format!("reload, buckets {:?}", buckets.as_ref().unwrap_or(&self.config.buckets)));
+        self.rec.note(format!("reload, buckets {:?}", buckets.as_ref().unwrap_or(&self.config.buckets)));
         if let Some(buckets) = buckets {
-            self.config.buckets = buckets;
+            self.config.buckets = buckets.clone();
+            self.rec.buckets = buckets;
         }
         self.seed = self.seed.wrapping_add(7919);
         let online = self.engine.is_online();
@@ -126,13 +60,13 @@ impl Client {
         for op in &tx.ops {
             match op {
                 StoreOp::PutOutbox(entry) => {
-                    self.writes.insert(entry.id, entry.clone());
+                    self.rec.writes.insert(entry.id, entry.clone());
                 }
                 StoreOp::DeleteOutbox(seq) => {
                     // Deleted with no verdict yet: coalesced away (verdicts arrive as events).
-                    let id = self.writes.values().find(|e| e.seq == *seq).map(|e| e.id);
+                    let id = self.rec.writes.values().find(|e| e.seq == *seq).map(|e| e.id);
                     if let Some(id) = id {
-                        self.outcomes.entry(id).or_insert(Outcome::Coalesced);
+                        self.rec.outcomes.entry(id).or_insert(Outcome::Coalesced);
                     }
                 }
                 _ => {}
@@ -141,30 +75,16 @@ impl Client {
         let events = tx.events.clone();
         self.store.apply(tx);
         self.store.take_events();
-        self.record(events);
+        self.hear(events);
     }
 
-    fn record(&mut self, events: Vec<Event>) {
+    fn hear(&mut self, events: Vec<Event>) {
         for event in events {
             match event {
-                Event::Applied { id, seq, .. } => {
-                    if let (Some(entry), Some(seq)) = (self.writes.get(&id), seq) {
-                        if seq <= entry.read_seq {
-                            self.violations.push(format!(
-                                "{}: write {} committed at {seq}, not after the read watermark {} it was made on",
-                                self.name, entry.seq, entry.read_seq
-                            ));
-                        }
-                    }
-                    self.outcomes.insert(id, Outcome::Applied(seq));
-                    self.clock += 1;
-                    self.answered_at.insert(id, self.clock);
-                }
-                Event::Rejected { mutation, reason, .. } => {
-                    self.outcomes.insert(mutation.id, Outcome::Rejected(reason));
-                }
+                Event::Applied { id, seq, .. } => self.rec.applied(id, seq),
+                Event::Rejected { mutation, reason, server_row, .. } => self.rec.rejected(&mutation, reason, server_row),
                 Event::DeadLetter { entry, .. } => {
-                    self.outcomes.insert(entry.id, Outcome::DeadLettered);
+                    self.rec.outcomes.insert(entry.id, Outcome::DeadLettered);
                     // The app discards it: a poisoned write stays poisoned.
                     if let Ok(tx) = self.engine.discard_dead(entry.seq) {
                         self.store.apply(tx);
@@ -182,14 +102,9 @@ impl Client {
 
     /// Local writes as one call (several: one atomic batch); checks read-your-writes at once.
     pub fn write(&mut self, writes: Vec<LocalWrite>) {
-        self.ops += writes.len() as u64;
+        self.rec.ops += writes.len() as u64;
         for w in &writes {
-            let columns = w.columns.as_ref().map(|c| {
-                let mut c = c.clone();
-                c.values_mut().filter(|v| v.as_str().is_some_and(|s| s.len() > 64)).for_each(|v| *v = Value::from("<long>"));
-                c
-            });
-            self.note(format!("write {} {:?} {columns:?} apply_after {:?} latest_only {:?}", w.pk, w.op, w.apply_after, w.latest_only));
+            self.rec.note(describe_write(w));
         }
         let mut expected: BTreeMap<(String, String), Option<Row>> = BTreeMap::new();
         for w in &writes {
@@ -201,14 +116,14 @@ impl Client {
         match self.engine.write(now_ms(), writes, &current) {
             Ok(tx) => self.apply(tx),
             Err(e) => {
-                self.violations.push(format!("{}: a valid write was refused locally: {e}", self.name));
+                self.rec.violations.push(format!("{}: a valid write was refused locally: {e}", self.rec.name));
                 return;
             }
         }
         for ((table, pk), want) in expected {
             let seen = self.visible(&table, &pk);
             if seen != want {
-                self.violations.push(format!("{}: read-your-writes: {pk} shows {seen:?} right after writing {want:?}", self.name));
+                self.rec.violations.push(format!("{}: read-your-writes: {pk} shows {seen:?} right after writing {want:?}", self.rec.name));
             }
         }
     }
@@ -225,7 +140,7 @@ impl Client {
                 (None, Err(f)) => format!("failed {}", f.describe()),
                 (None, Ok(_)) => "no verdict".into(),
             };
-            self.note(format!("sent {} (client_seq {}, batch {:?}) -> {answer}", m.pk, m.client_seq, m.batch.is_some()));
+            self.rec.note(format!("sent {} (client_seq {}, batch {:?}) -> {answer}", m.pk, m.client_seq, m.batch.is_some()));
         }
         let tx = match result {
             Ok(response) => self.engine.on_push_response(now_ms(), response),
@@ -258,10 +173,10 @@ impl Client {
                 }
             };
             for e in &page.entries {
-                self.note(format!("pulled {} seq {} bucket {} {}", e.pk, e.seq, e.bucket, if e.deleted { "deleted" } else { "live" }));
+                self.rec.note(format!("pulled {} seq {} bucket {} {}", e.pk, e.seq, e.bucket, if e.deleted { "deleted" } else { "live" }));
             }
             if page.done || page.lifecycle.is_some() {
-                self.note(format!("page done {} horizon {} lifecycle {:?}", page.done, page.horizon, page.lifecycle));
+                self.rec.note(format!("page done {} horizon {} lifecycle {:?}", page.done, page.horizon, page.lifecycle));
             }
             match self.engine.on_pull_page(now_ms(), page) {
                 PullStep::Stage { tx, next } | PullStep::Restart { tx, next } => {
@@ -269,13 +184,12 @@ impl Client {
                     request = next;
                 }
                 PullStep::Commit(plan) => {
-                    let before = self.engine.checkpoint().horizon;
                     let mut store = std::mem::take(&mut self.store);
                     store.commit(plan, &mut self.engine, now_ms());
                     let events = store.take_events();
                     self.store = store;
-                    self.record(events);
-                    self.committed(before);
+                    self.hear(events);
+                    self.committed();
                     return true;
                 }
                 PullStep::Abandoned { tx } => {
@@ -286,31 +200,43 @@ impl Client {
         }
     }
 
-    /// After a commit: the read position never regresses, pending writes stay on screen over the
-    /// new snapshot, and the snapshot is kept for the checkpoint check.
-    fn committed(&mut self, before: i64) {
+    /// After a commit: every row shows its base with its pending writes replayed (the engine's
+    /// own bookkeeping, seen from the store), and the commit is a read the checks judge.
+    fn committed(&mut self) {
         let horizon = self.engine.checkpoint().horizon;
-        if horizon < before {
-            self.violations.push(format!("{}: the checkpoint went back from {before} to {horizon}", self.name));
-        }
-        let mut rows = BTreeMap::new();
         for record in self.store.rows.values().filter(|r| TABLES.contains(&r.table.as_str())) {
             let pending: Vec<&OutboxEntry> = self.store.outbox.values().filter(|e| e.is_for(&record.key())).collect();
             let want = replay(record.base.as_ref(), pending);
             if record.visible != want {
-                self.violations.push(format!(
+                self.rec.violations.push(format!(
                     "{}: {} shows {:?} over checkpoint {horizon}, not its pending writes replayed ({want:?})",
-                    self.name, record.pk, record.visible
+                    self.rec.name, record.pk, record.visible
                 ));
             }
-            if let Some(base) = &record.base {
-                rows.insert(row_name(&record.table, &record.pk), Value::Object(base.clone()));
-            }
         }
-        let mut buckets = self.config.buckets.clone();
-        buckets.sort();
-        self.clock += 1;
-        self.snapshots.push(Snapshot { at: self.clock, horizon, buckets, rows });
+        self.rec.note(format!("committed horizon {horizon}"));
+        self.rec.committed(horizon);
+        self.read();
+    }
+
+    /// Reads everything the client shows, as an app would, into the history.
+    pub fn read(&mut self) {
+        let rows = self
+            .store
+            .rows
+            .values()
+            .filter(|r| TABLES.contains(&r.table.as_str()))
+            .filter_map(|r| r.visible.clone().map(|v| (row_name(&r.table, &r.pk), Value::Object(v))))
+            .collect();
+        let read = Read {
+            heard: self.rec.heard.len(),
+            horizon: self.engine.checkpoint().horizon,
+            checkpoint_buckets: self.engine.checkpoint().buckets.clone().unwrap_or_else(|| self.config.buckets.clone()),
+            buckets: self.config.buckets.clone(),
+            rows,
+            pending: self.store.outbox.values().cloned().collect(),
+        };
+        self.rec.reads.push(read);
     }
 
     /// One round of work: a push if due, then a pull if due. True when anything went out.
@@ -319,19 +245,14 @@ impl Client {
         let pulled = self.pull().await;
         pushed || pulled
     }
+}
 
-    /// Nothing left to send and nothing dead: every write has its answer.
-    pub fn settled(&self) -> bool {
-        self.engine.status().pending == 0 && self.engine.dead_letters().is_empty()
-    }
-
-    /// The visible rows of the checker's tables, by `table/pk`.
-    pub fn visible_rows(&self) -> BTreeMap<String, Value> {
-        self.store
-            .rows
-            .values()
-            .filter(|r| TABLES.contains(&r.table.as_str()))
-            .filter_map(|r| r.visible.clone().map(|v| (row_name(&r.table, &r.pk), Value::Object(v))))
-            .collect()
-    }
+/// A write as a line of the trace (long values shortened).
+pub fn describe_write(w: &LocalWrite) -> String {
+    let columns = w.columns.as_ref().map(|c| {
+        let mut c = c.clone();
+        c.values_mut().filter(|v| v.as_str().is_some_and(|s| s.len() > 64)).for_each(|v| *v = Value::from("<long>"));
+        c
+    });
+    format!("write {} {:?} {columns:?} apply_after {:?} latest_only {:?}", w.pk, w.op, w.apply_after, w.latest_only)
 }

@@ -40,7 +40,6 @@ impl Model {
         self.effects.push(effect);
     }
 
-    /// Every row at `horizon` (`i64::MAX`: now), unfiltered.
     /// Every row at `horizon` (`i64::MAX`: now), unfiltered, by `table/pk`.
     pub fn rows_at(&self, horizon: i64) -> BTreeMap<String, Value> {
         let mut effects: Vec<&Effect> = self.effects.iter().filter(|e| e.seq <= horizon).collect();
@@ -49,7 +48,7 @@ impl Model {
         // hlc mode: the clock of each column's last assignment, kept across deletes as the pack keeps it.
         let mut clocks: BTreeMap<(String, String), String> = BTreeMap::new();
         for e in effects {
-            let name = crate::client::row_name(&e.table, &e.pk);
+            let name = crate::record::row_name(&e.table, &e.pk);
             let hlc_mode = e.table == "hist_notes";
             let named = e.columns.clone().unwrap_or_default();
             match (e.op, rows.get_mut(&name)) {

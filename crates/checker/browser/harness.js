@@ -1,0 +1,91 @@
+// One device of a history: the real client (the npm package) on the checker's tables, driven by
+// driver.mjs. Every event the client emits is reported to the driver as it is heard, numbered in
+// the order heard; a dead letter is discarded at once, as an app that gives up on it would.
+const kizuna = await import("/pkg/kizunasync.js");
+await kizuna.default();
+
+const EVENTS = ["change", "applied", "rejected", "deadLetter", "pushFailed", "pullFailed", "pullProgress", "checkpoint", "conflicts", "checkpointExpired", "serverReset", "rehydrated"];
+const TABLES = ["hist_items", "hist_notes"];
+
+const errorOf = (e) => ({ code: e?.code ?? "THROWN", message: String(e?.message ?? e) });
+
+window.harness = {
+  ready: true,
+  client: null,
+  /** Events heard by this page so far. */
+  n: 0,
+
+  async open({ name, url, token, buckets, options }) {
+    this.client = await kizuna.KizunaClient.open({ name, url, token: async () => token, buckets, ...options });
+    for (const event of EVENTS) {
+      this.client.on(event, (payload) => {
+        window.kizunaReport(this.n++, event, payload);
+        if (event === "deadLetter") this.client.discardDeadLetter(payload.entry.seq).catch(() => {});
+      });
+    }
+  },
+
+  close() {
+    this.client?.close();
+    this.client = null;
+  },
+
+  /** Local writes as one call (several: one atomic batch), with the outbox before and after. */
+  async write(writes) {
+    const before = this.client.pendingWrites().map((e) => e.id);
+    const heardBefore = this.n;
+    let error = null;
+    try {
+      if (writes.length === 1) {
+        const { op, table, pk, columns, options } = writes[0];
+        if (op === "upsert") await this.client.put(table, pk, columns, options);
+        else if (op === "patch") await this.client.patch(table, pk, columns, options);
+        else await this.client.delete(table, pk, options);
+      } else {
+        await this.client.batch(writes.map(({ op, table, pk, columns }) =>
+          op === "upsert" ? { op, table, pk, row: columns } : op === "patch" ? { op, table, pk, columns } : { op, table, pk }));
+      }
+    } catch (e) {
+      error = errorOf(e);
+    }
+    return { error, before, after: this.client.pendingWrites(), heardBefore, heardAfter: this.n };
+  },
+
+  async sync() {
+    try {
+      await this.client.sync();
+      return { error: null };
+    } catch (e) {
+      return { error: errorOf(e) };
+    }
+  },
+
+  progress() {
+    return { open: this.client.pendingWrites().length + this.client.deadLetters().length, horizon: this.client.getCheckpoint().horizon };
+  },
+
+  /**
+   * Everything the device shows, at one moment: the checkpoint, the visible rows and the pending
+   * writes, read again until no event arrived and no checkpoint committed while it read.
+   */
+  async read() {
+    for (let attempt = 0; attempt < 100; attempt++) {
+      const n = this.n;
+      const { horizon, buckets } = this.client.getCheckpoint();
+      const pending = this.client.pendingWrites();
+      // A table's rows carry their keys in `id`, but a row that exists only as a pending patch
+      // holds just the columns it names: those are read by key.
+      const [tables, patched] = await Promise.all([
+        Promise.all(TABLES.map((t) => this.client.list(t))),
+        Promise.all(pending.map((e) => this.client.get(e.table, e.pk).then((row) => [`${e.table}/${e.pk}`, row]))),
+      ]);
+      if (n === this.n && horizon === this.client.getCheckpoint().horizon) {
+        const rows = {};
+        tables.forEach((list, i) => { for (const row of list) if (row.id !== undefined) rows[`${TABLES[i]}/${row.id}`] = row; });
+        for (const [key, row] of patched) if (row) rows[key] = row; else delete rows[key];
+        return { n, horizon, buckets, rows, pending };
+      }
+    }
+    throw new Error("no quiet moment to read in 100 tries");
+  },
+};

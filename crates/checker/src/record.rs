@@ -1,0 +1,153 @@
+//! What one device did and saw, in the same form whether the device is the native engine or the
+//! real client in a browser: its writes and how each ended, the verdicts and commits it heard in
+//! order, and every read of what it showed. The checks (checks.rs) read only this.
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use kizuna_engine::protocol::{Reason, Row};
+use kizuna_engine::OutboxEntry;
+use serde_json::Value;
+use uuid::Uuid;
+
+/// How the history names a row: `table/pk`.
+pub fn row_name(table: &str, pk: &str) -> String {
+    format!("{table}/{pk}")
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// How a mutation ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Applied at this commit number (`None`: SKIPPED, its commit unknown).
+    Applied(Option<i64>),
+    Rejected(Reason),
+    DeadLettered,
+    /// Replaced in the outbox by a newer latest-only write to its key before it was sent.
+    Coalesced,
+}
+
+/// A verdict or a commit, in the order the device heard them. A verdict carries the buckets the
+/// device followed when it heard it: a row it places outside them is not kept.
+#[derive(Debug, Clone)]
+pub enum Heard {
+    Applied { id: Uuid, seq: Option<i64>, buckets: Vec<String> },
+    /// A refusal: the row becomes the server's row (`None`: none may be shown).
+    Rejected { table: String, pk: String, server_row: Option<Row>, buckets: Vec<String> },
+    Committed { horizon: i64 },
+}
+
+/// One read of everything the device showed of the checker's tables, at one moment.
+#[derive(Debug, Clone)]
+pub struct Read {
+    /// How many verdicts and commits the device had heard when it read (`Record::heard`).
+    pub heard: usize,
+    /// The committed checkpoint it read on.
+    pub horizon: i64,
+    /// The bucket set of that checkpoint: what its rows are the server's state of. It differs from
+    /// `buckets` between a change of the app's buckets and the pull that brings the new set.
+    pub checkpoint_buckets: Vec<String>,
+    /// The buckets the device follows (a verdict for a row outside them leaves no row).
+    pub buckets: Vec<String>,
+    /// The visible rows, by `table/pk`.
+    pub rows: BTreeMap<String, Value>,
+    /// The writes still pending, in issue order.
+    pub pending: Vec<OutboxEntry>,
+}
+
+pub struct Record {
+    pub name: String,
+    pub user: String,
+    /// The buckets the device follows now.
+    pub buckets: Vec<String>,
+    /// Every mutation the device made, as last seen pending, by id.
+    pub writes: BTreeMap<Uuid, OutboxEntry>,
+    pub outcomes: BTreeMap<Uuid, Outcome>,
+    pub heard: Vec<Heard>,
+    pub reads: Vec<Read>,
+    /// Violations seen while running (read-your-writes at write time, a write's watermark).
+    pub violations: Vec<String>,
+    /// What happened, line by line with the time in microseconds: writes, mutations sent and
+    /// their verdicts, entries pulled, commits, reloads. Printed for the keys of a violation.
+    pub trace: Vec<(i64, String)>,
+    pub ops: u64,
+}
+
+impl Record {
+    pub fn new(name: String, user: String, buckets: Vec<String>) -> Record {
+        Record {
+            name,
+            user,
+            buckets,
+            writes: BTreeMap::new(),
+            outcomes: BTreeMap::new(),
+            heard: Vec::new(),
+            reads: Vec::new(),
+            violations: Vec::new(),
+            trace: Vec::new(),
+            ops: 0,
+        }
+    }
+
+    pub fn note(&mut self, line: String) {
+        let micros = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+        self.trace.push((micros, format!("{} {line}", self.name)));
+    }
+
+    /// A verdict: APPLIED (or SKIPPED, with no commit number) at `seq`. A write commits after the
+    /// read watermark it was made on (writes follow reads).
+    pub fn applied(&mut self, id: Uuid, seq: Option<i64>) {
+        if let (Some(entry), Some(seq)) = (self.writes.get(&id), seq) {
+            if seq <= entry.read_seq {
+                self.violations.push(format!(
+                    "{}: write {} committed at {seq}, not after the read watermark {} it was made on",
+                    self.name, entry.seq, entry.read_seq
+                ));
+            }
+        }
+        self.outcomes.insert(id, Outcome::Applied(seq));
+        self.heard.push(Heard::Applied { id, seq, buckets: self.buckets.clone() });
+    }
+
+    pub fn rejected(&mut self, entry: &OutboxEntry, reason: Reason, server_row: Option<Row>) {
+        self.outcomes.insert(entry.id, Outcome::Rejected(reason));
+        self.heard.push(Heard::Rejected { table: entry.table.clone(), pk: entry.pk.clone(), server_row, buckets: self.buckets.clone() });
+    }
+
+    /// A checkpoint committed: the read position never goes back.
+    pub fn committed(&mut self, horizon: i64) {
+        let before = self.horizon();
+        if horizon < before {
+            self.violations.push(format!("{}: the checkpoint went back from {before} to {horizon}", self.name));
+        }
+        self.heard.push(Heard::Committed { horizon });
+    }
+
+    /// The horizon of the last checkpoint heard committed (0: none yet).
+    pub fn horizon(&self) -> i64 {
+        self.heard.iter().rev().find_map(|h| if let Heard::Committed { horizon } = h { Some(*horizon) } else { None }).unwrap_or(0)
+    }
+}
+
+impl Record {
+    /// What the device did and heard, in one line.
+    pub fn summary(&self) -> String {
+        let count = |f: &dyn Fn(&Outcome) -> bool| self.outcomes.values().filter(|o| f(o)).count();
+        let commits = self.heard.iter().filter(|h| matches!(h, Heard::Committed { .. })).count();
+        format!(
+            "{}: {} writes ({} applied, {} refused, {} dead-lettered, {} coalesced), {} commits, {} reads, last horizon {}",
+            self.name,
+            self.writes.len(),
+            count(&|o| matches!(o, Outcome::Applied(_))),
+            count(&|o| matches!(o, Outcome::Rejected(_))),
+            count(&|o| matches!(o, Outcome::DeadLettered)),
+            count(&|o| matches!(o, Outcome::Coalesced)),
+            commits,
+            self.reads.len(),
+            self.horizon()
+        )
+    }
+}
