@@ -110,7 +110,12 @@ impl Inner {
     /// refused when the `sync` record names another leader: this tab was frozen or slow and lost
     /// the lead, and what it was about to do is the new leader's to do.
     pub async fn begin(&self, leader_only: bool) -> Result<WriteTxn<'_>, ClientError> {
-        let txn = self.store.begin().await?;
+        self.begin_reading(leader_only, &[]).await.map(|(txn, _)| txn)
+    }
+
+    /// `begin`, with the stored records of `keys` read in the same round trip.
+    async fn begin_reading(&self, leader_only: bool, keys: &[RowKey]) -> Result<(WriteTxn<'_>, BTreeMap<RowKey, RowRecord>), ClientError> {
+        let (txn, rows) = self.store.begin_reading(keys).await?;
         if leader_only && txn.stamp.leader.as_deref() != Some(self.tabs.tab.as_str()) {
             txn.abort();
             if let Some(me) = self.me.upgrade() {
@@ -124,7 +129,7 @@ impl Inner {
             }
             self.settled_at(txn.stamp.version);
         }
-        Ok(txn)
+        Ok((txn, rows))
     }
 
     /// The engine's state is now as of stamp `version`: what the getters report follows it.
@@ -216,8 +221,7 @@ impl Inner {
         keys: &[RowKey],
         f: impl FnOnce(&mut Engine, &BTreeMap<RowKey, RowRecord>) -> Result<(Transaction, R), EngineError>,
     ) -> Result<R, ClientError> {
-        let txn = self.begin(leader_only).await?;
-        let current = txn.rows(keys).await?;
+        let (txn, current) = self.begin_reading(leader_only, keys).await?;
         let stepped = f(&mut self.engine.borrow_mut(), &current);
         match stepped {
             Ok((tx, r)) => {

@@ -113,9 +113,18 @@ impl Store {
     /// running, that is after every transaction created before it has finished, so an engine step
     /// taken now sees the store in the state the engine's earlier steps left it.
     pub async fn begin(&self) -> Result<WriteTxn<'_>, ClientError> {
+        self.begin_reading(&[]).await.map(|(txn, _)| txn)
+    }
+
+    /// `begin`, with the stored records of `keys` read in the same round trip as the `sync` stamp:
+    /// every request is issued before the first answer is awaited.
+    pub async fn begin_reading(&self, keys: &[RowKey]) -> Result<(WriteTxn<'_>, BTreeMap<RowKey, RowRecord>), ClientError> {
         let tx = self.transaction(TransactionMode::Readwrite)?;
-        let stamp = read_stamp(&tx).await?;
-        Ok(WriteTxn { tx, stamp })
+        let stamp = store(&tx, META)?.get(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?;
+        let rows = request_rows(&store(&tx, ROWS)?, keys)?;
+        let stamp = present(stamp.await.map_err(failed)?).map(from_js).transpose()?.unwrap_or_default();
+        let rows = rows_found(keys, rows).await?;
+        Ok((WriteTxn { tx, stamp }, rows))
     }
 
     pub async fn get_row(&self, table: &str, pk: &str) -> Result<Option<RowRecord>, ClientError> {
@@ -159,11 +168,6 @@ impl WriteTxn<'_> {
         Ok(())
     }
 
-    /// The stored records of `keys` that exist.
-    pub async fn rows(&self, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
-        read_rows(&store(&self.tx, ROWS)?, keys).await
-    }
-
     /// Page `page_no` of the pull run in progress, as staged.
     pub async fn staged_page(&self, page_no: u32) -> Result<PullPage, ClientError> {
         let page = get(&store(&self.tx, STAGING)?, (page_no as f64).into()).await?;
@@ -202,10 +206,19 @@ async fn load_state(tx: &Transaction<'_>) -> Result<Option<PersistedState>, Clie
 /// IndexedDB runs them back to back, where awaiting each in turn cost a round trip per key (a
 /// database with 10,000 pending writes took seconds to open).
 async fn read_rows(rows: &ObjectStore<'_>, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
-    let mut requests = Vec::with_capacity(keys.len());
-    for key in keys {
-        requests.push(rows.get::<JsValue, _, _>(row_key(&key.table, &key.pk)).primitive().map_err(failed)?);
-    }
+    let requests = request_rows(rows, keys)?;
+    rows_found(keys, requests).await
+}
+
+type RowRequest = indexed_db_futures::future::BasicRequest<Option<JsValue>>;
+
+/// Issues a get for each of `keys`, answered in order.
+fn request_rows(rows: &ObjectStore<'_>, keys: &[RowKey]) -> Result<Vec<RowRequest>, ClientError> {
+    keys.iter().map(|key| rows.get::<JsValue, _, _>(row_key(&key.table, &key.pk)).primitive().map_err(failed)).collect()
+}
+
+/// The answers to `request_rows`: the records that exist.
+async fn rows_found(keys: &[RowKey], requests: Vec<RowRequest>) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
     let mut found = BTreeMap::new();
     for (key, request) in keys.iter().zip(requests) {
         if let Some(value) = present(request.await.map_err(failed)?) {

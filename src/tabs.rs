@@ -21,7 +21,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 
-use gloo_timers::callback::Interval;
+use gloo_timers::callback::{Interval, Timeout};
 use js_sys::{Function, Promise};
 use kizuna_engine::Event;
 use serde::{Deserialize, Serialize};
@@ -121,6 +121,12 @@ pub struct Tabs {
     leader_health: RefCell<Option<Value>>,
     inbox: RefCell<VecDeque<Message>>,
     draining: Cell<bool>,
+    /// Messages waiting to be posted, in order. Posting (encoding, structured cloning, handing to
+    /// the browser) waits for a 0 ms timer, so the step that committed settles its promise first
+    /// and the posting overlaps the next step's wait for IndexedDB.
+    outgoing: Rc<RefCell<Vec<Message>>>,
+    flush: RefCell<Option<Timeout>>,
+    flush_armed: Rc<Cell<bool>>,
 }
 
 impl Tabs {
@@ -143,6 +149,9 @@ impl Tabs {
             leader_health: RefCell::new(None),
             inbox: RefCell::new(VecDeque::new()),
             draining: Cell::new(false),
+            outgoing: Rc::new(RefCell::new(Vec::new())),
+            flush: RefCell::new(None),
+            flush_armed: Rc::new(Cell::new(false)),
         }
     }
 
@@ -155,21 +164,45 @@ impl Tabs {
         self.leader_health.borrow().clone()
     }
 
-    fn post(&self, message: &Message) {
-        if let (Some(channel), Ok(js)) = (&self.channel, crate::js::encode(message)) {
-            let _ = channel.post_message(&js);
+    /// Queues `message` for the other tabs (see `outgoing`).
+    fn post(&self, message: Message) {
+        let Some(channel) = &self.channel else { return };
+        self.outgoing.borrow_mut().push(message);
+        if !self.flush_armed.replace(true) {
+            let (outgoing, armed, channel) = (self.outgoing.clone(), self.flush_armed.clone(), channel.clone());
+            *self.flush.borrow_mut() = Some(Timeout::new(0, move || {
+                armed.set(false);
+                post_all(&channel, &outgoing);
+            }));
+        }
+    }
+
+    /// Posts what is queued now (a tab that leaves).
+    fn flush_now(&self) {
+        self.flush.borrow_mut().take();
+        self.flush_armed.set(false);
+        if let Some(channel) = &self.channel {
+            post_all(channel, &self.outgoing);
         }
     }
 
     /// Tells the other tabs that a step committed.
     pub fn announce(&self, version: f64, events: &[Event], health: Option<Value>) {
-        self.post(&Message::Commit { from: self.tab.clone(), version, events: events.to_vec(), health });
+        self.post(Message::Commit { from: self.tab.clone(), version, events: events.to_vec(), health });
     }
 
     fn heard(&self, from: &str) {
         *self.leader.borrow_mut() = Some(from.to_string());
         self.last_heard.set(now() as f64);
         self.ping_sent.set(None);
+    }
+}
+
+fn post_all(channel: &web_sys::BroadcastChannel, outgoing: &RefCell<Vec<Message>>) {
+    for message in std::mem::take(&mut *outgoing.borrow_mut()) {
+        if let Ok(js) = crate::js::encode(&message) {
+            let _ = channel.post_message(&js);
+        }
     }
 }
 
@@ -207,6 +240,7 @@ pub fn leave(inner: &Inner) {
     if let Some(mut lock) = tabs.lock.borrow_mut().take() {
         lock.give_up();
     }
+    tabs.flush_now();
     if let Some(channel) = &tabs.channel {
         channel.set_onmessage(None);
         channel.close();
@@ -259,13 +293,13 @@ async fn take_lead(inner: &Rc<Inner>) {
     let tabs = &inner.tabs;
     tabs.leading.set(true);
     tabs.heard(&tabs.tab.clone());
-    tabs.post(&Message::Leader { from: tabs.tab.clone() });
+    tabs.post(Message::Leader { from: tabs.tab.clone() });
     scheduler::start(inner);
     let weak = Rc::downgrade(inner);
     *tabs.heartbeat.borrow_mut() = Some(Interval::new(HEARTBEAT_MS, move || {
         if let Some(inner) = weak.upgrade() {
             if inner.tabs.leading() {
-                inner.tabs.post(&Message::Heartbeat { from: inner.tabs.tab.clone(), health: inner.health_json() });
+                inner.tabs.post(Message::Heartbeat { from: inner.tabs.tab.clone(), health: inner.health_json() });
             }
         }
     }));
@@ -309,7 +343,7 @@ fn watch_leader(inner: &Rc<Inner>) {
         Some(_) => {}
         None if t - tabs.last_heard.get() > tabs.silence_ms => {
             tabs.ping_sent.set(Some(t));
-            tabs.post(&Message::Ping { from: tabs.tab.clone() });
+            tabs.post(Message::Ping { from: tabs.tab.clone() });
         }
         None => {}
     }
@@ -327,12 +361,12 @@ fn receive(inner: &Rc<Inner>, message: Message) {
             // Calls handed to the leader that went: the new one runs them.
             let calls: Vec<(u32, String)> = tabs.calls.borrow().iter().map(|(id, c)| (*id, c.method.clone())).collect();
             for (id, method) in calls {
-                tabs.post(&Message::Call { from: tabs.tab.clone(), id, method });
+                tabs.post(Message::Call { from: tabs.tab.clone(), id, method });
             }
         }
         Message::Ping { .. } => {
             if tabs.leading() {
-                tabs.post(&Message::Pong { from: tabs.tab.clone() });
+                tabs.post(Message::Pong { from: tabs.tab.clone() });
             }
         }
         Message::Pong { from } => tabs.heard(&from),
@@ -344,7 +378,7 @@ fn receive(inner: &Rc<Inner>, message: Message) {
                         Ok(v) => (Some(v), None),
                         Err(e) => (None, Some(e.into())),
                     };
-                    inner.tabs.post(&Message::Answer { to: from, id, ok, error });
+                    inner.tabs.post(Message::Answer { to: from, id, ok, error });
                 });
             }
         }
@@ -408,6 +442,6 @@ pub async fn forward(inner: &Rc<Inner>, method: &str) -> Result<JsValue, JsValue
     let answered = Promise::new(&mut |resolve, reject| settle = Some((resolve, reject)));
     let (resolve, reject) = settle.expect("the promise executor runs at once");
     tabs.calls.borrow_mut().insert(id, PendingCall { method: method.to_string(), resolve, reject });
-    tabs.post(&Message::Call { from: tabs.tab.clone(), id, method: method.to_string() });
+    tabs.post(Message::Call { from: tabs.tab.clone(), id, method: method.to_string() });
     JsFuture::from(answered).await
 }

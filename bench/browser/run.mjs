@@ -20,21 +20,26 @@ async function page(context) {
   return p;
 }
 const results = {};
+// KIZUNA_BENCH_ONLY=local_write,batch runs only those parts (while working on one figure).
+const only = process.env.KIZUNA_BENCH_ONLY?.split(",");
+const runs = (part) => !only || only.includes(part);
 try {
   const a = await page(await browser.newContext());
-  results.local_write = await a.evaluate(() => window.bench.localWrite(300));
-  results.batch = await a.evaluate(() => window.bench.batch(1000));
-  Object.assign(results, await a.evaluate(([s]) => window.bench.initialSync(s, 1000), [BULK_USER]));
-  Object.assign(results, await a.evaluate(() => window.bench.openPending(10000)));
+  if (runs("local_write")) results.local_write = await a.evaluate(() => window.bench.localWrite(300));
+  if (runs("batch")) results.batch = await a.evaluate(() => window.bench.batch(1000));
+  if (runs("initial_sync")) Object.assign(results, await a.evaluate(([s]) => window.bench.initialSync(s, 1000), [BULK_USER]));
+  if (runs("open_pending")) Object.assign(results, await a.evaluate(() => window.bench.openPending(10000)));
 
-  const sub = crypto.randomUUID();
-  const b = await page(await browser.newContext());
-  await b.evaluate((s) => window.bench.listen(s), sub);
-  const sent = await a.evaluate(([s]) => window.bench.speak(s, 20), [sub]);
-  const heard = new Map(await b.evaluate(() => window.heard));
-  const latencies = sent.filter(([pk]) => heard.has(pk)).map(([pk, at]) => heard.get(pk) - at);
-  const sorted = latencies.sort((x, y) => x - y);
-  results.wake_latency = { samples: sorted.length, of: sent.length, p50_ms: sorted[Math.floor(sorted.length / 2)], p99_ms: sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * 0.99))] };
+  if (runs("wake_latency")) {
+    const sub = crypto.randomUUID();
+    const b = await page(await browser.newContext());
+    await b.evaluate((s) => window.bench.listen(s), sub);
+    const sent = await a.evaluate(([s]) => window.bench.speak(s, 20), [sub]);
+    const heard = new Map(await b.evaluate(() => window.heard));
+    const latencies = sent.filter(([pk]) => heard.has(pk)).map(([pk, at]) => heard.get(pk) - at);
+    const sorted = latencies.sort((x, y) => x - y);
+    results.wake_latency = { samples: sorted.length, of: sent.length, p50_ms: sorted[Math.floor(sorted.length / 2)], p99_ms: sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * 0.99))] };
+  }
 
   const wasm = readFileSync("pkg/kizunasync_bg.wasm"), js = readFileSync("pkg/kizunasync.js");
   results.bundle = { wasm_bytes: wasm.length, wasm_gzip_bytes: gzipSync(wasm, { level: 9 }).length, js_gzip_bytes: gzipSync(js, { level: 9 }).length };
