@@ -126,7 +126,7 @@ fn describe(event: &Event) -> Value {
         Event::Change { keys, origin: o } => {
             json!({ "origin": origin(o), "keys": keys.iter().map(|k| json!({"table": k.table, "pk": k.pk})).collect::<Vec<_>>() })
         }
-        Event::Applied { id, key, seq } => json!({ "id": id, "table": key.table, "pk": key.pk, "seq": seq }),
+        Event::Applied { id, key, seq, bucket } => json!({ "id": id, "table": key.table, "pk": key.pk, "seq": seq, "bucket": bucket }),
         Event::Rejected { mutation, reason, message, server_row } => {
             json!({ "reason": reason.as_str(), "message": message, "mutation": entry_json(mutation), "serverRow": server_row })
         }

@@ -203,7 +203,8 @@ export type RejectReason = "DELETE_WINS" | "RLS_DENIED" | "VALIDATION_FAILED" | 
 /** The payload of each event. */
 export interface KizunaEvents {
   change: { origin: "local" | "remote" | "compensation"; keys: { table: string; pk: string }[] };
-  applied: { id: string; table: string; pk: string; seq: number | null };
+  /** `seq` is the server's commit number (null for a write the server had already pruned from its ledger), `bucket` the bucket it placed the row in. */
+  applied: { id: string; table: string; pk: string; seq: number | null; bucket: string | null };
   rejected: { reason: RejectReason; message: string | null; mutation: PendingWrite; serverRow: Row | null };
   deadLetter: { entry: PendingWrite; error: string };
   pushFailed: { code: ErrorCode; message: string; retryable: boolean };

@@ -169,7 +169,7 @@ impl BrowserClient {
             "applied" => {
                 let id = payload["id"].as_str().and_then(|s| s.parse().ok()).ok_or("applied without id")?;
                 self.rec.note(format!("applied {} seq {}", payload["pk"].as_str().unwrap_or_default(), payload["seq"]));
-                self.rec.applied(id, payload["seq"].as_i64());
+                self.rec.applied(id, payload["seq"].as_i64(), payload["bucket"].as_str().map(str::to_owned));
             }
             "rejected" => {
                 let mutation = entry(&payload["mutation"])?;

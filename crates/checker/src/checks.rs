@@ -32,7 +32,15 @@ pub async fn check(records: &[&Record], sql: &[Effect], pg: &Pg, tag: &str) -> R
     for rec in records {
         violations.extend(rec.violations.iter().cloned());
         for (id, entry) in &rec.writes {
-            match rec.outcomes.get(id) {
+            let recovered;
+            let outcome = match rec.outcomes.get(id) {
+                Some(outcome) => Some(outcome),
+                None => {
+                    recovered = applied_in_ledger(pg, id).await?;
+                    recovered.as_ref()
+                }
+            };
+            match outcome {
                 Some(Outcome::Applied(Some(seq))) => model.add(Effect {
                     seq: *seq,
                     order: entry.seq,
@@ -106,6 +114,21 @@ pub async fn check(records: &[&Record], sql: &[Effect], pg: &Pg, tag: &str) -> R
     Ok(violations)
 }
 
+/// A write the device heard no verdict for: in a browser, a step that commits as its page goes away
+/// (a reload) takes its events with it, though the write left the outbox. The server's ledger says
+/// whether it was applied; only an APPLIED write may end that way (a refusal nobody heard would be a
+/// write that disappeared quietly).
+async fn applied_in_ledger(pg: &Pg, id: &uuid::Uuid) -> Result<Option<Outcome>, String> {
+    let row = pg
+        .query_opt("select verdict ->> 'status', (verdict ->> 'seq')::bigint from kizuna.ledger where id = ($1::text)::uuid", &[&id.to_string()])
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(row.and_then(|r| match r.get::<_, Option<String>>(0).as_deref() {
+        Some("APPLIED") => Some(Outcome::Applied(r.get(1))),
+        _ => None,
+    }))
+}
+
 /// The rows of this history.
 fn mine(rows: &BTreeMap<String, Value>, tag: &str) -> BTreeMap<String, Value> {
     rows.iter().filter(|(k, _)| k.split_once('/').is_some_and(|(_, pk)| pk.starts_with(tag))).map(|(k, v)| (k.clone(), v.clone())).collect()
@@ -130,11 +153,15 @@ fn check_read(model: &Model, rec: &Record, read: &Read, tag: &str) -> Vec<String
     let commit_at = heard.iter().rposition(|h| matches!(h, Heard::Committed { .. })).unwrap_or(0);
     for (i, h) in heard.iter().enumerate() {
         match h {
-            Heard::Applied { id, seq: Some(seq), buckets } if *seq > read.horizon => {
+            Heard::Applied { id, seq: Some(seq), bucket, buckets } if *seq > read.horizon => {
+                // Folded into the row the device has, even a patch of a row it never pulled (the
+                // app's own columns, until a pull brings the rest); gone where the server placed the
+                // row outside the device's buckets.
                 let Some(entry) = rec.writes.get(id) else { continue };
+                let outside = bucket.as_ref().is_some_and(|b| !buckets.contains(b));
                 let options = bases.entry(row_name(&entry.table, &entry.pk)).or_insert_with(|| vec![None]);
                 for base in options.iter_mut() {
-                    *base = in_buckets(apply_op(base.take(), entry.op, entry.columns.as_ref()), buckets);
+                    *base = if outside { None } else { apply_op(base.take(), entry.op, entry.columns.as_ref()) };
                 }
             }
             Heard::Rejected { table, pk, server_row, buckets } if i > commit_at => {

@@ -81,7 +81,7 @@ impl Client {
     fn hear(&mut self, events: Vec<Event>) {
         for event in events {
             match event {
-                Event::Applied { id, seq, .. } => self.rec.applied(id, seq),
+                Event::Applied { id, seq, bucket, .. } => self.rec.applied(id, seq, bucket),
                 Event::Rejected { mutation, reason, server_row, .. } => self.rec.rejected(&mutation, reason, server_row),
                 Event::DeadLetter { entry, .. } => {
                     self.rec.outcomes.insert(entry.id, Outcome::DeadLettered);

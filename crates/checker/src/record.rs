@@ -34,7 +34,8 @@ pub enum Outcome {
 /// device followed when it heard it: a row it places outside them is not kept.
 #[derive(Debug, Clone)]
 pub enum Heard {
-    Applied { id: Uuid, seq: Option<i64>, buckets: Vec<String> },
+    /// `bucket`: where the server placed the row.
+    Applied { id: Uuid, seq: Option<i64>, bucket: Option<String>, buckets: Vec<String> },
     /// A refusal: the row becomes the server's row (`None`: none may be shown).
     Rejected { table: String, pk: String, server_row: Option<Row>, buckets: Vec<String> },
     Committed { horizon: i64 },
@@ -99,7 +100,7 @@ impl Record {
 
     /// A verdict: APPLIED (or SKIPPED, with no commit number) at `seq`. A write commits after the
     /// read watermark it was made on (writes follow reads).
-    pub fn applied(&mut self, id: Uuid, seq: Option<i64>) {
+    pub fn applied(&mut self, id: Uuid, seq: Option<i64>, bucket: Option<String>) {
         if let (Some(entry), Some(seq)) = (self.writes.get(&id), seq) {
             if seq <= entry.read_seq {
                 self.violations.push(format!(
@@ -109,7 +110,7 @@ impl Record {
             }
         }
         self.outcomes.insert(id, Outcome::Applied(seq));
-        self.heard.push(Heard::Applied { id, seq, buckets: self.buckets.clone() });
+        self.heard.push(Heard::Applied { id, seq, bucket, buckets: self.buckets.clone() });
     }
 
     pub fn rejected(&mut self, entry: &OutboxEntry, reason: Reason, server_row: Option<Row>) {

@@ -82,6 +82,8 @@ pub enum Event {
         key: RowKey,
         /// The server's commit sequence number.
         seq: Option<i64>,
+        /// The bucket the server placed the row in (`None`: a SKIPPED verdict names none).
+        bucket: Option<String>,
     },
     /// The server refused a write; the local row was reconciled with `server_row`.
     Rejected {

@@ -70,7 +70,7 @@ impl Engine {
                         _ => self.pull.requested = true,
                     }
                     touched.push(key);
-                    tx.events.push(Event::Applied { id: entry.id, key: entry.key(), seq: v.seq });
+                    tx.events.push(Event::Applied { id: entry.id, key: entry.key(), seq: v.seq, bucket: v.bucket.clone() });
                 }
                 Some((VerdictStatus::Rejected, v)) if v.reason.is_some() => {
                     self.outbox.remove(&seq);
