@@ -2,7 +2,8 @@
 // playwright-core), a browser context and page per client, each page running the real npm package
 // (pkg/) from a loopback origin served here. The checker (src/browser.rs) sends one JSON command per
 // line on stdin and reads one JSON answer per line on stdout; every answer carries the events the
-// pages reported since the last answer, numbered per client in the order the page heard them.
+// pages reported since the last answer, each with its page (`gen`, counted per client) and its number
+// in the order that page heard them.
 //
 //   node driver.mjs PKG_DIR
 import { createServer } from "node:http";
@@ -40,7 +41,7 @@ const browser = await chromium.launch({
 const clients = new Map();
 
 async function openPage(c) {
-  c.base = c.events.length; // the new page numbers its events from 0
+  c.params.gen = (c.params.gen ?? 0) + 1; // the new page numbers its events from 0
   // An offline browser loads no page, not even from loopback; an installed app would load from its
   // cache. So the page loads online, and the client opens offline.
   if (c.offline) await c.context.setOffline(false);
@@ -54,14 +55,10 @@ const commands = {
   async open({ client, params }) {
     const context = await browser.newContext();
     const page = await context.newPage();
-    const c = { context, page, params, events: [], unsent: [], base: 0, errors: [], console: [], offline: false };
+    const c = { context, page, params, unsent: [], errors: [], console: [], offline: false };
     page.on("pageerror", (e) => c.errors.push(e.message));
     page.on("console", (m) => { if (m.type() === "error") c.console.push(m.text()); });
-    await page.exposeBinding("kizunaReport", (_source, n, name, payload) => {
-      const event = { i: c.base + n, name, payload };
-      c.events.push(event);
-      c.unsent.push(event);
-    });
+    await page.exposeBinding("kizunaReport", (_source, gen, n, name, payload) => c.unsent.push({ gen, n, name, payload }));
     clients.set(client, c);
     await openPage(c);
     return {};
@@ -69,10 +66,7 @@ const commands = {
   write: ({ c, writes }) => c.page.evaluate((w) => window.harness.write(w), writes),
   sync: ({ c }) => c.page.evaluate(() => window.harness.sync()),
   progress: ({ c }) => c.page.evaluate(() => window.harness.progress()),
-  async read({ c }) {
-    const read = await c.page.evaluate(() => window.harness.read());
-    return { ...read, heard: c.base + read.n };
-  },
+  read: ({ c }) => c.page.evaluate(() => window.harness.read()),
   // An app that reloads: it closes its client first (what an app's unload handler does).
   async reload({ c, buckets }) {
     if (buckets) c.params.buckets = buckets;

@@ -15,11 +15,12 @@ window.harness = {
   /** Events heard by this page so far. */
   n: 0,
 
-  async open({ name, url, token, buckets, options }) {
+  async open({ gen, name, url, token, buckets, options }) {
+    this.gen = gen;
     this.client = await kizuna.KizunaClient.open({ name, url, token: async () => token, buckets, ...options });
     for (const event of EVENTS) {
       this.client.on(event, (payload) => {
-        window.kizunaReport(this.n++, event, payload);
+        window.kizunaReport(gen, this.n++, event, payload);
         if (event === "deadLetter") this.client.discardDeadLetter(payload.entry.seq).catch(() => {});
       });
     }
@@ -83,7 +84,7 @@ window.harness = {
         const rows = {};
         tables.forEach((list, i) => { for (const row of list) if (row.id !== undefined) rows[`${TABLES[i]}/${row.id}`] = row; });
         for (const [key, row] of patched) if (row) rows[key] = row; else delete rows[key];
-        return { n, horizon, buckets, rows, pending };
+        return { gen: this.gen, n, horizon, buckets, rows, pending };
       }
     }
     throw new Error("no quiet moment to read in 100 tries");

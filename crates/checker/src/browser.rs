@@ -92,7 +92,6 @@ impl Browser {
             online: true,
             driver: self.driver.clone(),
             id,
-            heard_at: Vec::new(),
         };
         client.call("open", json!({ "params": params })).await?;
         Ok(client)
@@ -114,8 +113,14 @@ pub struct BrowserClient {
     pub online: bool,
     driver: Arc<Mutex<Driver>>,
     id: String,
-    /// For each event the page heard, in order: how long `rec.heard` was after it.
-    heard_at: Vec<usize>,
+}
+
+/// When a page heard an event or read: its page (`gen`) and how many events it had heard (`n`).
+fn moment(v: &Value) -> Result<crate::record::At, String> {
+    match (v["gen"].as_u64(), v["n"].as_u64()) {
+        (Some(gen), Some(n)) => Ok((gen, n)),
+        _ => Err(format!("no page and number in {v}")),
+    }
 }
 
 /// A pending write as the page reports it (`PendingWrite`, camelCase) as the engine's entry.
@@ -165,11 +170,12 @@ impl BrowserClient {
     fn hear(&mut self, event: &Value) -> Result<(), String> {
         let payload = &event["payload"];
         let name = event["name"].as_str().unwrap_or_default();
+        let at = moment(event)?;
         match name {
             "applied" => {
                 let id = payload["id"].as_str().and_then(|s| s.parse().ok()).ok_or("applied without id")?;
                 self.rec.note(format!("applied {} seq {}", payload["pk"].as_str().unwrap_or_default(), payload["seq"]));
-                self.rec.applied(id, payload["seq"].as_i64(), payload["bucket"].as_str().map(str::to_owned));
+                self.rec.applied(at, id, payload["seq"].as_i64(), payload["bucket"].as_str().map(str::to_owned));
             }
             "rejected" => {
                 let mutation = entry(&payload["mutation"])?;
@@ -177,7 +183,7 @@ impl BrowserClient {
                 let server_row: Option<Row> = payload["serverRow"].as_object().cloned();
                 self.rec.note(format!("rejected {} {reason:?}", mutation.pk));
                 self.rec.writes.insert(mutation.id, mutation.clone());
-                self.rec.rejected(&mutation, reason, server_row);
+                self.rec.rejected(at, &mutation, reason, server_row);
             }
             "deadLetter" => {
                 let dead = entry(&payload["entry"])?;
@@ -187,11 +193,10 @@ impl BrowserClient {
             "checkpoint" => {
                 let horizon = payload["horizon"].as_i64().ok_or("checkpoint without horizon")?;
                 self.rec.note(format!("committed horizon {horizon}"));
-                self.rec.committed(horizon);
+                self.rec.committed(at, horizon);
             }
             _ => {}
         }
-        self.heard_at.push(self.rec.heard.len());
         Ok(())
     }
 
@@ -247,11 +252,7 @@ impl BrowserClient {
 
     pub async fn read(&mut self) -> Result<(), String> {
         let answer = self.call("read", json!({})).await?;
-        let heard = answer["heard"].as_u64().ok_or("read without heard")? as usize;
-        let heard = match heard {
-            0 => 0,
-            n => *self.heard_at.get(n - 1).ok_or_else(|| format!("a read after event {n} arrived before the event"))?,
-        };
+        let at = moment(&answer)?;
         let rows = answer["rows"].as_object().cloned().unwrap_or_default().into_iter().collect();
         let pending = answer["pending"].as_array().into_iter().flatten().map(entry).collect::<Result<Vec<_>, _>>()?;
         for e in &pending {
@@ -262,7 +263,7 @@ impl BrowserClient {
             Some(list) => list.iter().filter_map(|b| b.as_str().map(str::to_owned)).collect(),
             None => self.rec.buckets.clone(),
         };
-        self.rec.reads.push(Read { heard, horizon, checkpoint_buckets, buckets: self.rec.buckets.clone(), rows, pending });
+        self.rec.reads.push(Read { at, horizon, checkpoint_buckets, buckets: self.rec.buckets.clone(), rows, pending });
         Ok(())
     }
 

@@ -149,9 +149,10 @@ fn check_read(model: &Model, rec: &Record, read: &Read, tag: &str) -> Vec<String
     let view = model.view_at(read.horizon, &rec.user, &read.checkpoint_buckets);
     let mut bases: BTreeMap<String, Vec<Option<Row>>> =
         view.into_iter().map(|(k, v)| (k, vec![v.as_object().cloned()])).collect();
-    let heard = &rec.heard[..read.heard.min(rec.heard.len())];
-    let commit_at = heard.iter().rposition(|h| matches!(h, Heard::Committed { .. })).unwrap_or(0);
-    for (i, h) in heard.iter().enumerate() {
+    let mut heard: Vec<&(crate::record::At, Heard)> = rec.heard.iter().filter(|(at, _)| *at < read.at).collect();
+    heard.sort_by_key(|(at, _)| *at);
+    let commit_at = heard.iter().rposition(|(_, h)| matches!(h, Heard::Committed { .. })).unwrap_or(0);
+    for (i, (_, h)) in heard.iter().enumerate() {
         match h {
             Heard::Applied { id, seq: Some(seq), bucket, buckets } if *seq > read.horizon => {
                 // Folded into the row the device has, even a patch of a row it never pulled (the

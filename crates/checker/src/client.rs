@@ -81,8 +81,8 @@ impl Client {
     fn hear(&mut self, events: Vec<Event>) {
         for event in events {
             match event {
-                Event::Applied { id, seq, bucket, .. } => self.rec.applied(id, seq, bucket),
-                Event::Rejected { mutation, reason, server_row, .. } => self.rec.rejected(&mutation, reason, server_row),
+                Event::Applied { id, seq, bucket, .. } => self.rec.applied(self.next(), id, seq, bucket),
+                Event::Rejected { mutation, reason, server_row, .. } => self.rec.rejected(self.next(), &mutation, reason, server_row),
                 Event::DeadLetter { entry, .. } => {
                     self.rec.outcomes.insert(entry.id, Outcome::DeadLettered);
                     // The app discards it: a poisoned write stays poisoned.
@@ -94,6 +94,11 @@ impl Client {
                 _ => {}
             }
         }
+    }
+
+    /// The next moment of this client (one page: what it heard, numbered in order).
+    fn next(&self) -> crate::record::At {
+        (0, self.rec.heard.len() as u64)
     }
 
     fn visible(&self, table: &str, pk: &str) -> Option<Row> {
@@ -215,7 +220,7 @@ impl Client {
             }
         }
         self.rec.note(format!("committed horizon {horizon}"));
-        self.rec.committed(horizon);
+        self.rec.committed(self.next(), horizon);
         self.read();
     }
 
@@ -229,7 +234,7 @@ impl Client {
             .filter_map(|r| r.visible.clone().map(|v| (row_name(&r.table, &r.pk), Value::Object(v))))
             .collect();
         let read = Read {
-            heard: self.rec.heard.len(),
+            at: self.next(),
             horizon: self.engine.checkpoint().horizon,
             checkpoint_buckets: self.engine.checkpoint().buckets.clone().unwrap_or_else(|| self.config.buckets.clone()),
             buckets: self.config.buckets.clone(),

@@ -30,6 +30,12 @@ pub enum Outcome {
     Coalesced,
 }
 
+/// When something happened on a device, in its own order: a page of the browser client numbers
+/// what it hears from 0, so a moment is (page, number); a native client has one page. Something a
+/// page heard as it went away may reach the history after the next page's first events, and is
+/// still before all of them.
+pub type At = (u64, u64);
+
 /// A verdict or a commit, in the order the device heard them. A verdict carries the buckets the
 /// device followed when it heard it: a row it places outside them is not kept.
 #[derive(Debug, Clone)]
@@ -44,8 +50,8 @@ pub enum Heard {
 /// One read of everything the device showed of the checker's tables, at one moment.
 #[derive(Debug, Clone)]
 pub struct Read {
-    /// How many verdicts and commits the device had heard when it read (`Record::heard`).
-    pub heard: usize,
+    /// When it read: what was heard before then is in what it read.
+    pub at: At,
     /// The committed checkpoint it read on.
     pub horizon: i64,
     /// The bucket set of that checkpoint: what its rows are the server's state of. It differs from
@@ -67,7 +73,8 @@ pub struct Record {
     /// Every mutation the device made, as last seen pending, by id.
     pub writes: BTreeMap<Uuid, OutboxEntry>,
     pub outcomes: BTreeMap<Uuid, Outcome>,
-    pub heard: Vec<Heard>,
+    /// Verdicts and commits, as they reached the history, each with when the device heard it.
+    pub heard: Vec<(At, Heard)>,
     pub reads: Vec<Read>,
     /// Violations seen while running (read-your-writes at write time, a write's watermark).
     pub violations: Vec<String>,
@@ -100,7 +107,7 @@ impl Record {
 
     /// A verdict: APPLIED (or SKIPPED, with no commit number) at `seq`. A write commits after the
     /// read watermark it was made on (writes follow reads).
-    pub fn applied(&mut self, id: Uuid, seq: Option<i64>, bucket: Option<String>) {
+    pub fn applied(&mut self, at: At, id: Uuid, seq: Option<i64>, bucket: Option<String>) {
         if let (Some(entry), Some(seq)) = (self.writes.get(&id), seq) {
             if seq <= entry.read_seq {
                 self.violations.push(format!(
@@ -110,26 +117,26 @@ impl Record {
             }
         }
         self.outcomes.insert(id, Outcome::Applied(seq));
-        self.heard.push(Heard::Applied { id, seq, bucket, buckets: self.buckets.clone() });
+        self.heard.push((at, Heard::Applied { id, seq, bucket, buckets: self.buckets.clone() }));
     }
 
-    pub fn rejected(&mut self, entry: &OutboxEntry, reason: Reason, server_row: Option<Row>) {
+    pub fn rejected(&mut self, at: At, entry: &OutboxEntry, reason: Reason, server_row: Option<Row>) {
         self.outcomes.insert(entry.id, Outcome::Rejected(reason));
-        self.heard.push(Heard::Rejected { table: entry.table.clone(), pk: entry.pk.clone(), server_row, buckets: self.buckets.clone() });
+        self.heard.push((at, Heard::Rejected { table: entry.table.clone(), pk: entry.pk.clone(), server_row, buckets: self.buckets.clone() }));
     }
 
     /// A checkpoint committed: the read position never goes back.
-    pub fn committed(&mut self, horizon: i64) {
+    pub fn committed(&mut self, at: At, horizon: i64) {
         let before = self.horizon();
         if horizon < before {
             self.violations.push(format!("{}: the checkpoint went back from {before} to {horizon}", self.name));
         }
-        self.heard.push(Heard::Committed { horizon });
+        self.heard.push((at, Heard::Committed { horizon }));
     }
 
     /// The horizon of the last checkpoint heard committed (0: none yet).
     pub fn horizon(&self) -> i64 {
-        self.heard.iter().rev().find_map(|h| if let Heard::Committed { horizon } = h { Some(*horizon) } else { None }).unwrap_or(0)
+        self.heard.iter().rev().find_map(|(_, h)| if let Heard::Committed { horizon } = h { Some(*horizon) } else { None }).unwrap_or(0)
     }
 }
 
@@ -137,7 +144,7 @@ impl Record {
     /// What the device did and heard, in one line.
     pub fn summary(&self) -> String {
         let count = |f: &dyn Fn(&Outcome) -> bool| self.outcomes.values().filter(|o| f(o)).count();
-        let commits = self.heard.iter().filter(|h| matches!(h, Heard::Committed { .. })).count();
+        let commits = self.heard.iter().filter(|(_, h)| matches!(h, Heard::Committed { .. })).count();
         format!(
             "{}: {} writes ({} applied, {} refused, {} dead-lettered, {} coalesced), {} commits, {} reads, last horizon {}",
             self.name,
