@@ -34,11 +34,14 @@ async function reconnect(d, id) {
   await delivered(d, id);
 }
 
-/** A new card on device 1, applied and pulled by device 2. */
+/** A new card on device 1, applied and pulled by both devices. */
 async function shared(ctx, id, base, list = "launch") {
   const card = await ctx.d1.addCard(list, titled(id, base));
   spotlight(ctx, card);
   await delivered(ctx.d1, card);
+  // Device 1 pulls its own row back before the scenario edits it: an edit made on a checkpoint
+  // below the card's insert would be journalled as overwriting a value it had not seen, its own.
+  await ctx.d1.waitFor("its own row pulled", (x) => x.card(card)?.revision);
   await shows(ctx.d2, card);
   return card;
 }

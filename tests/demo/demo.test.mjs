@@ -87,6 +87,7 @@ test("both devices write one column: the later arrival wins and the loser is sho
     await card.locator(".conflict").getByText("⚔ title: “Release name: Aurora” lost to “Release name: Borealis”").waitFor();
     assert.equal(await d.card("Release name: Aurora").count(), 0);
     await d.feed.filter({ hasText: "Conflict on “Release name: Borealis”, title: “Release name: Aurora” lost to “Release name: Borealis”" }).first().waitFor();
+    assert.equal(await d.feed.filter({ hasText: "Conflict" }).count(), 1, "one conflict, no other");
   }
   await shoot(page, "04-conflict");
   quiet(page);
@@ -263,7 +264,7 @@ test("on a phone-width window the page fits and stays usable", async () => {
   const { context, page } = await visit({ width: 390, height: 844 });
   assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), "nothing wider than the window");
   await step(page, "refused", 0);
-  await shoot(page, "11-phone");
+  await shoot(page, "11-phone", { fullPage: false });
   quiet(page);
   await context.close();
 });

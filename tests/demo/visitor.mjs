@@ -74,5 +74,6 @@ export async function step(page, scenario, n, timeout = 60000) {
 
 export const watchLine = (page) => page.locator(".scenario .watch").textContent();
 
-/** Saves a screenshot of the whole page under target/demo-screenshots/. */
-export const shoot = (page, name) => page.screenshot({ path: `${shots}/${name}.png`, animations: "disabled", fullPage: true });
+/** Saves a screenshot of the whole page (or of the window only) under target/demo-screenshots/. */
+export const shoot = (page, name, { fullPage = true } = {}) =>
+  page.screenshot({ path: `${shots}/${name}.png`, animations: "disabled", fullPage });
