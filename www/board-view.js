@@ -15,7 +15,7 @@ export class BoardView {
     this.cards = new Map();   // id -> { el, signature }
     this.editing = null;      // the id of the card whose editor is open
     this.sections = new Map();
-    this.revealed = new Set();   // the (scenario cards, first card, list) already scrolled into view
+    this.revealed = new Set();   // (scenario cards, first card, list, its height) already scrolled to
   }
 
   render() {
@@ -32,7 +32,8 @@ export class BoardView {
     this.reveal();
   }
 
-  /** Scrolls each list holding cards of the scenario to the first of them, once per list and set. */
+  /** Scrolls each list holding cards of the scenario to the first of them: again only when that
+   * card moves to another list or grows (a conflict line). */
   reveal() {
     const first = new Map();
     for (const id of this.device.spot) {
@@ -42,7 +43,7 @@ export class BoardView {
       if (!first.has(list) || el.offsetTop < first.get(list).offsetTop) first.set(list, el);
     }
     for (const [list, el] of first) {
-      const key = `${[...this.device.spot].join()}:${el.dataset.id}:${el.closest(".list").dataset.list}`;
+      const key = `${[...this.device.spot].join()}:${el.dataset.id}:${el.closest(".list").dataset.list}:${el.offsetHeight}`;
       if (this.revealed.has(key)) continue;
       this.revealed.add(key);
       list.scrollTop = el.offsetTop - 4;
