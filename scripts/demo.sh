@@ -8,7 +8,8 @@ source scripts/lib.sh
 scripts/package.sh --release
 cargo build -p kizuna-server
 ensure_database demo
-start_gateway --www www --pkg pkg --dev-tokens --init-sql server/sql/examples/todos.sql
+start_gateway --www www --pkg pkg --dev-tokens --init-sql server/sql/examples/board.sql
+seed_demo_board "$DATABASE_URL"
 echo
-echo "Kizuna demo running at $gateway_url  (open it in two windows; Ctrl-C stops everything)"
+echo "Kizuna demo running at $gateway_url  (two devices on one page; a second tab joins them; Ctrl-C stops everything)"
 wait "${started_pids[@]}"

@@ -53,3 +53,9 @@ start_gateway() {
   cat "$log" >&2
   return 1
 }
+
+# The demo board's cards (server/sql/examples/board_seed.sql), with an archive of 30,000 for a
+# device to join (a large first sync). `make demo` and the demo tests seed the same board.
+seed_demo_board() {
+  psql "$1" -q -v ON_ERROR_STOP=1 -v archive_cards=30000 -f server/sql/examples/board_seed.sql
+}

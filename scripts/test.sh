@@ -49,9 +49,10 @@ runner "the package's TypeScript types, as an app uses them (tsc --strict, skipL
   tsc --noEmit --strict --skipLibCheck false --target es2022 --module es2022 --moduleResolution bundler --lib esnext,dom \
   tests/types/usage.ts tests/types/typed.ts
 demo_db=$(fresh_database kizuna_demo_test)
-DATABASE_URL="$demo_db" start_gateway --www www --pkg pkg --dev-tokens --init-sql server/sql/examples/todos.sql
-KIZUNA_DEMO_URL="$gateway_url" runner "demo page (the npm package in a page, headless Chromium via Playwright)" \
-  node --test tests/demo/
+DATABASE_URL="$demo_db" start_gateway --www www --pkg pkg --dev-tokens --init-sql server/sql/examples/board.sql
+seed_demo_board "$demo_db"
+KIZUNA_DEMO_URL="$gateway_url" KIZUNA_DEMO_DB="$demo_db" \
+  runner "demo page: every scenario as a visitor runs it (the npm package, headless Chromium via Playwright)" node --test tests/demo/
 tabs_db=$(fresh_database kizuna_tabs)
 DATABASE_URL="$tabs_db" start_gateway --www tests/tabs/page --pkg pkg --dev-tokens \
   --init-sql server/sql/examples/todos.sql --init-sql server/sql/examples/notes.sql --init-sql crates/checker/schema.sql
