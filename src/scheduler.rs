@@ -14,8 +14,10 @@ use crate::runner::{now, Inner};
 
 /// The longest a timer waits, so a client whose engine has nothing to do still looks again.
 const MAX_TIMER_MS: i64 = 60_000;
-/// How long after a wake stream error a new stream is opened (with a fresh token).
-const WAKE_RECONNECT_MS: u32 = 5_000;
+/// How long after a wake stream error a new stream is opened (with a fresh token): the first pause,
+/// doubled after each stream that could not be opened, up to the longest.
+const WAKE_RECONNECT_FIRST_MS: u32 = 250;
+const WAKE_RECONNECT_MAX_MS: u32 = 5_000;
 
 type EventHandler = Closure<dyn FnMut(web_sys::Event)>;
 
@@ -28,6 +30,8 @@ pub struct Scheduler {
     wake: RefCell<Option<web_sys::AbortController>>,
     /// The pause before the wake stream is opened again.
     reconnect: RefCell<Option<Timeout>>,
+    /// Streams that could not be opened since the last one that was.
+    reconnect_failures: Cell<u32>,
     /// The `online` and `offline` handlers.
     online: RefCell<Option<(EventHandler, EventHandler)>>,
 }
@@ -97,6 +101,11 @@ fn open_wake_stream(inner: &Rc<Inner>) {
         }
         close_wake_stream(&inner.scheduler);
         *inner.scheduler.wake.borrow_mut() = Some(controller.clone());
+        inner.scheduler.reconnect_failures.set(0);
+        // Wake-ups sent while no stream was open are lost: pull now rather than at the next
+        // scheduled pull.
+        inner.engine.borrow_mut().wake();
+        arm(&inner);
         drop(inner);
         read_wake_events(&response, &weak).await;
         // Ended: by `stop` (the controller is gone then) or by the network or server.
@@ -141,8 +150,11 @@ fn retry_wake_stream(weak: &Weak<Inner>) {
     if !inner.scheduler.running.get() {
         return;
     }
+    let failures = inner.scheduler.reconnect_failures.get();
+    inner.scheduler.reconnect_failures.set(failures.saturating_add(1));
+    let pause = WAKE_RECONNECT_FIRST_MS.saturating_mul(1 << failures.min(5)).min(WAKE_RECONNECT_MAX_MS);
     let weak = weak.clone();
-    *inner.scheduler.reconnect.borrow_mut() = Some(Timeout::new(WAKE_RECONNECT_MS, move || {
+    *inner.scheduler.reconnect.borrow_mut() = Some(Timeout::new(pause, move || {
         if let Some(inner) = weak.upgrade() {
             inner.scheduler.reconnect.borrow_mut().take();
             open_wake_stream(&inner);

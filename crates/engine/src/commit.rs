@@ -163,8 +163,11 @@ impl CommitPlan {
         tx.ops.push(StoreOp::ClearStaging);
         engine.end_run_committed(now);
 
-        // The run is whole: its total is what it delivered, so progress ends at 100%.
-        tx.events.push(Event::PullProgress { pages: self.run.pages, entries: self.run.entries, total: Some(self.run.entries) });
+        // The run is whole: its total is what it delivered, so progress ends at 100%. A run that
+        // brought nothing in one page (every poll of an idle app) has no progress to show.
+        if self.run.entries > 0 || self.run.pages > 1 {
+            tx.events.push(Event::PullProgress { pages: self.run.pages, entries: self.run.entries, total: Some(self.run.entries) });
+        }
         if !self.changed.is_empty() {
             tx.events.push(Event::Change { keys: self.changed.into_iter().collect(), origin: ChangeOrigin::Remote });
         }

@@ -372,6 +372,16 @@ fn a_restarted_run_counts_its_progress_afresh() {
     assert_eq!(progress_of(&events), vec![(1, 10, Some(40)), (2, 20, Some(40)), (3, 30, Some(40)), (4, 40, Some(40))]);
 }
 
+/// A run that brings nothing (an idle app's poll) says nothing of progress.
+#[test]
+fn an_empty_run_reports_no_progress() {
+    let mut h = Harness::new(Config::default());
+    assert!(h.pull_step());
+    let events = h.events();
+    assert!(events.iter().any(|e| matches!(e, Event::Checkpoint { .. })), "the run committed");
+    assert_eq!(progress_of(&events), vec![]);
+}
+
 /// A run of one page (the first page closes it) reports 100% at once.
 #[test]
 fn a_one_page_run_reports_its_total() {
