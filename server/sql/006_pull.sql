@@ -216,7 +216,8 @@ begin
 end
 $$;
 
--- The caller's conflict-journal entries recorded in (run_from, horizon], for the closing page.
+-- The caller's conflict-journal entries recorded in (run_from, horizon], for the closing page of a
+-- run from a checkpoint.
 drop function if exists kizuna.conflicts_for(text, bigint, bigint);
 create or replace function kizuna.conflicts_for(run_from bigint, horizon bigint) returns jsonb
 language sql stable security definer set search_path = pg_catalog as $$
@@ -452,7 +453,9 @@ begin
   perform kizuna.record_served(c.client_id, buckets, run_from, horizon);
   page := jsonb_build_object('entries', entries, 'done', true, 'horizon', horizon,
                              'cursor', format('kz1.%s.%s', st.epoch, horizon)) || counted;
-  if exists (select 1 from kizuna.synced_tables where journal) then
+  -- A run from a checkpoint is told of the overwrites since it; one from nothing (a first sync,
+  -- a rehydration) showed no earlier value to reconcile, so it is told of none.
+  if run_from > 0 and exists (select 1 from kizuna.synced_tables where journal) then
     conflicts := kizuna.conflicts_for(run_from, horizon);
     if conflicts is not null then
       page := page || jsonb_build_object('conflicts', conflicts);

@@ -79,6 +79,7 @@ async fn arrival_mode_journal_keeps_the_value_a_stale_writer_overwrote() {
 
     // A writer who had seen the value overwrites it without a conflict.
     let fresh = pull_run(db.client(), &alice, LAPTOP, None, &[&bucket()], 100).await.unwrap();
+    assert!(fresh.conflicts.is_empty(), "a device starting from nothing is told of no earlier conflict: {:?}", fresh.conflicts);
     db.push(&alice, push_request(LAPTOP, vec![
         with(mutation(2, "docs", "d1", "patch", json!({"title": "edited"})), "read_seq", json!(fresh.horizon)),
     ])).await.unwrap();
