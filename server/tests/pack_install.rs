@@ -89,3 +89,29 @@ async fn status_reports_durable_figures() {
     assert_eq!(status["horizon"], db.one::<i64>("select kizuna.horizon()").await);
     assert!(status["epoch"].as_str().unwrap().len() == 16);
 }
+
+#[tokio::test]
+async fn registering_a_table_again_enters_its_rows_again_only_when_its_key_or_buckets_changed() {
+    let db = TestDb::new().await;
+    db.exec(
+        "create table public.items (id text primary key, bucket text not null, note text);
+         insert into public.items select 'i' || g, 'b' || (g % 2), 'n' from generate_series(1, 20) g;
+         select kizuna.register_table('public.items', bucket => 'bucket');",
+    )
+    .await;
+    let log = "select jsonb_agg(jsonb_build_object('pk', pk, 'bucket', bucket, 'seq', seq, 'deleted', deleted) order by pk, bucket) from kizuna.changes where tbl = 'items'";
+    let entered: Value = db.one(log).await;
+    assert_eq!(entered.as_array().map(Vec::len), Some(20));
+
+    // The app's setup SQL runs again at every start: same key, same buckets, a new setting.
+    db.exec("select kizuna.register_table('public.items', bucket => 'bucket', max_batch_size => 7)").await;
+    assert_eq!(db.one::<Value>(log).await, entered, "the log is left as it was");
+    assert_eq!(db.one::<i32>("select max_batch_size from kizuna.synced_tables where name = 'items'").await, 7);
+    db.exec("update public.items set note = 'x' where id = 'i1'").await;
+    assert!(db.one::<i64>("select seq from kizuna.changes where tbl = 'items' and pk = 'i1'").await > 0, "the triggers still number writes");
+
+    // Another bucket expression: every row enters its new bucket, and leaves its old one.
+    db.exec("select kizuna.register_table('public.items', bucket => $$'all'$$)").await;
+    assert_eq!(db.one::<i64>("select count(*) from kizuna.changes where tbl = 'items' and bucket = 'all' and not deleted").await, 20);
+    assert_eq!(db.one::<i64>("select count(*) from kizuna.changes where tbl = 'items' and bucket <> 'all' and deleted").await, 20);
+}
