@@ -1,4 +1,4 @@
--- Kizuna SQL pack, file 5 of 8: push.
+-- Kizuna SQL pack, file 5 of 9: push.
 --
 -- public.kizuna_push(request jsonb) runs as the caller (SECURITY INVOKER): every read and write of a
 -- user table goes through the caller's privileges and Row Level Security. The pack's own tables
