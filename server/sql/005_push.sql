@@ -378,7 +378,7 @@ declare
   t kizuna.synced_tables;
   op text := m ->> 'op';
   key text := m ->> 'pk';
-  cols jsonb := coalesce(m -> 'columns', '{}');
+  cols jsonb := coalesce(nullif(m -> 'columns', 'null'), '{}');  -- "columns": null is no columns
   writable jsonb;
   key_type text;
   ks record;

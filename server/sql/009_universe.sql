@@ -321,14 +321,18 @@ language sql stable security definer set search_path = pg_catalog as $$
    limit n
 $$;
 
--- The wire mutations of these events, in id order, as JSON text: the row images go out exactly as
--- stored (jsonb keeps every digit of a number), never re-serialised by the sync process.
-create or replace function kizuna.universe_mutations(ids bigint[]) returns text
+-- The wire mutations of those of these events still pending, in id order, as JSON text, and their
+-- ids: the row images go out exactly as stored (jsonb keeps every digit of a number), never
+-- re-serialised by the sync process. An event replaced meanwhile by a latest-only write is not sent.
+drop function if exists kizuna.universe_mutations(bigint[]);
+create or replace function kizuna.universe_mutations(ids bigint[], out sent bigint[], out mutations text)
 language sql stable security definer set search_path = pg_catalog as $$
-  select coalesce(jsonb_agg(jsonb_build_object(
-           'id', e.key, 'client_seq', e.id, 'table', e.target_table, 'pk', e.pk, 'op', e.op,
-           'columns', e.columns, 'read_seq', 0,
-           'apply_after', to_char(e.apply_after at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+  select coalesce(array_agg(e.id order by e.id), '{}'),
+         coalesce(jsonb_agg(jsonb_build_object(
+           'id', e.key, 'client_seq', e.id, 'table', e.target_table, 'pk', e.pk, 'op', e.op, 'read_seq', 0)
+           || case when e.columns is null then '{}' else jsonb_build_object('columns', e.columns) end
+           || case when e.apply_after is null then '{}' else jsonb_build_object('apply_after',
+                to_char(e.apply_after at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) end
          order by e.id), '[]')::text
     from kizuna.universe_events e
    where e.id = any(ids) and e.acked_at is null and not e.dead_letter
@@ -474,6 +478,8 @@ language sql stable security definer set search_path = pg_catalog as $$
     'pruned_total', s.pruned_total,
     'last_event_id', (select case when is_called then last_value else 0 end from kizuna.universe_event_seq),
     'oldest_pending_at', (select min(created_at) from kizuna.universe_events where acked_at is null and not dead_letter),
+    'oldest_pending_age_seconds', coalesce(extract(epoch from now() - (select min(created_at) from kizuna.universe_events
+                                                                         where acked_at is null and not dead_letter)), 0),
     'last_sync_at', s.last_sync_at,
     'last_ack_at', s.last_ack_at)
   from kizuna.universe_state s
