@@ -19,7 +19,7 @@
 //!   repeated too. A permanent refusal of several events narrows the request until the culprit
 //!   goes alone, charging nothing.
 
-use kizuna_protocol::{ErrorClass, PushResponse};
+use kizuna_protocol::{ErrorClass, PushResponse, Reason};
 use uuid::Uuid;
 
 use crate::inputs::Failure;
@@ -35,6 +35,8 @@ pub struct EventState {
     pub id: i64,
     /// The event key: the mutation's `id`, its idempotency key on the target.
     pub key: Uuid,
+    /// A delete (the row left the source, or its selection); otherwise an upsert of the row image.
+    pub delete: bool,
     /// Not applied on the target before this time.
     pub apply_after: Option<Millis>,
     /// Consecutive failed delivery attempts.
@@ -126,6 +128,11 @@ impl Delivery {
         self.policy().unit_state([Timing { apply_after: event.apply_after, retry_at: event.retry_at }], now)
     }
 
+    /// True when an event of `pending` backs off: nothing behind it may go before it.
+    pub fn is_blocked(&self, pending: &[EventState], now: Millis) -> bool {
+        pending.iter().any(|e| matches!(self.state(e, now), crate::outbox_policy::UnitState::Blocked(_)))
+    }
+
     /// The ids of the events to send next, in order (`pending` in id order); empty when none is due.
     pub fn next_slice(&self, pending: &[EventState], now: Millis) -> Vec<i64> {
         let limit = self.slice_limit.unwrap_or(self.config.max_slice).clamp(1, self.config.max_slice.max(1));
@@ -144,6 +151,9 @@ impl Delivery {
             let verdict = response.verdicts.iter().find(|v| v.id == event.key);
             let update = match judge(verdict) {
                 Judged::Acknowledged { skipped } => Update::Acknowledged { id: event.id, skipped },
+                Judged::Refused(reason) if event.delete && already_gone(reason, verdict) => {
+                    Update::Acknowledged { id: event.id, skipped: true }
+                }
                 Judged::Refused(reason) => {
                     let message = verdict.and_then(|v| v.message.clone()).unwrap_or_default();
                     self.slice_limit = None;
@@ -204,13 +214,27 @@ impl Delivery {
     }
 }
 
+/// A delete refused because the target holds no such row: the row was deleted there
+/// (`DELETE_WINS`), or the delete affected no row and no row is rendered (`RLS_DENIED` with a null
+/// `server_row`; the universe's service identity bypasses RLS, so it sees every row there is). The
+/// delete's intent holds, so it is acknowledged (as skipped) rather than made a dead letter: this is
+/// what a latest-only key created and deleted before delivery, or a delete following a dead letter,
+/// gets.
+fn already_gone(reason: Reason, verdict: Option<&kizuna_protocol::Verdict>) -> bool {
+    match reason {
+        Reason::DeleteWins => true,
+        Reason::RlsDenied => verdict.is_some_and(|v| v.server_row.is_none()),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kizuna_protocol::{Reason, Verdict, VerdictStatus};
+    use kizuna_protocol::{Verdict, VerdictStatus};
 
     fn event(id: i64) -> EventState {
-        EventState { id, key: Uuid::from_u128(id as u128), apply_after: None, attempts: 0, max_attempts: 3, retry_at: None, error: None }
+        EventState { id, key: Uuid::from_u128(id as u128), delete: false, apply_after: None, attempts: 0, max_attempts: 3, retry_at: None, error: None }
     }
 
     fn verdict(e: &EventState, status: VerdictStatus, reason: Option<Reason>) -> Verdict {
@@ -274,6 +298,27 @@ mod tests {
         assert_eq!(d.next_slice(&[held.clone(), later.clone()], 10), vec![4], "a held event does not block");
         assert_eq!(d.next_send_at(&[held.clone()], 10), Some(5_000));
         assert_eq!(d.next_slice(&[held, later], 5_000), vec![1, 4]);
+    }
+
+    #[test]
+    fn a_delete_of_a_row_the_target_does_not_hold_is_acknowledged() {
+        let mut d = Delivery::new(DeliveryConfig::default(), 1);
+        let mut gone = event(1);
+        gone.delete = true;
+        let mut refused = event(2);
+        refused.delete = true;
+        let upsert = event(3);
+        let mut hidden_row = verdict(&refused, VerdictStatus::Rejected, Some(Reason::RlsDenied));
+        hidden_row.server_row = Some(Default::default());
+        let response = PushResponse {
+            verdicts: vec![verdict(&gone, VerdictStatus::Rejected, Some(Reason::RlsDenied)), hidden_row,
+                           verdict(&upsert, VerdictStatus::Rejected, Some(Reason::RlsDenied))],
+            last_mutation_id: 3,
+        };
+        let updates = d.on_response(&[gone, refused, upsert], &response, 0);
+        assert_eq!(updates[0], Update::Acknowledged { id: 1, skipped: true });
+        assert!(matches!(updates[1], Update::DeadLetter { id: 2, .. }), "the row is there: a real refusal");
+        assert!(matches!(updates[2], Update::DeadLetter { id: 3, .. }));
     }
 
     #[test]
