@@ -241,6 +241,22 @@ impl RetryPolicy {
         Charged::RetryAt(self.backoff_until(used, now, prng))
     }
 
+    /// Entries that failed together (one request) are charged together: each `(used, budget)` is
+    /// spent or not on its own, and those with budget left share one backoff, drawn for the most
+    /// used of them, so that they go out again together, in the order they were sent.
+    pub fn charge_together(&self, charges: &[(u32, u32)], now: Millis, prng: &mut Prng) -> Vec<Charged> {
+        let spent = |&(used, budget): &(u32, u32)| used >= budget.max(1);
+        let most_used = charges.iter().filter(|c| !spent(c)).map(|&(used, _)| used).max();
+        let retry_at = most_used.map(|used| self.backoff_until(used, now, prng));
+        charges
+            .iter()
+            .map(|c| match (spent(c), retry_at) {
+                (false, Some(at)) => Charged::RetryAt(at),
+                _ => Charged::DeadLetter,
+            })
+            .collect()
+    }
+
     /// After a `DELAYED` answer: the entry is not sent again before this time. The attempt is
     /// refunded and the budget's count of consecutive failures restarts (the receiver answered).
     pub fn delayed_until(&self, apply_after: Option<Millis>, now: Millis) -> Millis {
@@ -278,6 +294,10 @@ mod tests {
         let Charged::RetryAt(at) = p.charge(2, 3, 10_000, &mut prng) else { panic!("budget left") };
         assert!((11_000..=12_000).contains(&at), "{at}");
         assert_eq!(p.charge(3, 3, 10_000, &mut prng), Charged::DeadLetter);
+        let together = p.charge_together(&[(1, 3), (3, 3), (2, 3)], 10_000, &mut prng);
+        assert_eq!(together[1], Charged::DeadLetter);
+        assert_eq!(together[0], together[2], "one backoff for what failed together");
+        assert!(matches!(together[2], Charged::RetryAt(at) if (11_000..=12_000).contains(&at)), "{together:?}");
     }
 
     #[test]

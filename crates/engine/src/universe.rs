@@ -166,8 +166,8 @@ impl Delivery {
                     error: None,
                 },
                 Judged::Unusable => {
-                    let budget = Some(event.max_attempts);
-                    self.charge(event, budget, "BAD_RESPONSE: no usable verdict for this event", now)
+                    let error = "BAD_RESPONSE: no usable verdict for this event";
+                    self.charge(std::slice::from_ref(event), None, error, now).remove(0)
                 }
             };
             updates.push(update);
@@ -181,7 +181,7 @@ impl Delivery {
         let error = failure.describe();
         let policy = self.policy();
         match policy.on_request_failure(class, &failure.code, sent.len(), sent.len()) {
-            OnFailure::Charge { budget } => sent.iter().map(|e| self.charge(e, budget, &error, now)).collect(),
+            OnFailure::Charge { budget } => self.charge(sent, budget, &error, now),
             OnFailure::Narrow { width } => {
                 self.slice_limit = Some(width);
                 sent.iter()
@@ -200,17 +200,25 @@ impl Delivery {
         }
     }
 
-    /// One attempt charged to `event`: it backs off, or at its budget becomes a dead letter.
-    fn charge(&mut self, event: &EventState, budget: Option<u32>, error: &str, now: Millis) -> Update {
-        let attempts = event.attempts + 1;
-        let budget = budget.unwrap_or(event.max_attempts).min(event.max_attempts.max(1));
-        match self.policy().charge(attempts, budget, now, &mut self.prng) {
-            Charged::RetryAt(at) => Update::Pending { id: event.id, attempts, retry_at: Some(at), error: Some(error.to_string()) },
-            Charged::DeadLetter => {
-                self.slice_limit = None;
-                Update::DeadLetter { id: event.id, attempts, error: error.to_string() }
-            }
-        }
+    /// One attempt charged to each of `events`, which failed together: each backs off (all until the
+    /// same time) or, at its budget, becomes a dead letter.
+    fn charge(&mut self, events: &[EventState], budget: Option<u32>, error: &str, now: Millis) -> Vec<Update> {
+        let charges: Vec<(u32, u32)> = events
+            .iter()
+            .map(|e| (e.attempts + 1, budget.unwrap_or(e.max_attempts).min(e.max_attempts.max(1))))
+            .collect();
+        let charged = self.policy().charge_together(&charges, now, &mut self.prng);
+        events
+            .iter()
+            .zip(charges.iter().zip(charged))
+            .map(|(e, (&(attempts, _), charged))| match charged {
+                Charged::RetryAt(at) => Update::Pending { id: e.id, attempts, retry_at: Some(at), error: Some(error.to_string()) },
+                Charged::DeadLetter => {
+                    self.slice_limit = None;
+                    Update::DeadLetter { id: e.id, attempts, error: error.to_string() }
+                }
+            })
+            .collect()
     }
 }
 
