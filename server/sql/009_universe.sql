@@ -105,7 +105,7 @@ create unlogged table if not exists kizuna.universe_marker (xid xid8 primary key
 -- Registry and compiled capture.
 
 -- Bump when the compiled template changes: installs recompile every registered table once.
-create or replace function kizuna.universe_compile_version() returns integer language sql immutable as 'select 1';
+create or replace function kizuna.universe_compile_version() returns integer language sql immutable as 'select 2';
 
 create or replace function kizuna.universe_compile(table_rel regclass) returns void
 language plpgsql security definer set search_path = pg_catalog, public as $$
@@ -115,6 +115,8 @@ declare
   generated text[];
   image_fn text := 'universe_image_' || table_rel::oid;
   after_fn text := 'universe_after_' || table_rel::oid;
+  after_old text;
+  after_new text;
 begin
   select * into strict t from kizuna.universe_tables where rel = table_rel;
   -- Generated columns are computed on the target, never sent (the target refuses them).
@@ -130,6 +132,9 @@ begin
     after_fn, table_rel,
     format('select (%s)::timestamptz from (select (kz_row).*) as kz_cols', coalesce(t.apply_after, 'null')));
 
+  -- The apply_after of a row, or a constant null when the table has no expression (no call per row).
+  after_old := case when t.apply_after is null then 'null' else format('kizuna.%I(old)', after_fn) end;
+  after_new := case when t.apply_after is null then 'null' else format('kizuna.%I(new)', after_fn) end;
   execute format($f$
     create or replace function kizuna.%1$I() returns trigger
     language plpgsql security definer set search_path = pg_catalog, public as $cap$
@@ -145,18 +150,22 @@ begin
       -- Leaving the selection, or a key change: the target deletes the old key.
       if oi is not null and (ni is null or opk is distinct from npk) then
         insert into kizuna.universe_pending (xid, source_table, target_table, pk, op, columns, apply_after, latest_only, max_attempts)
-        values (x, %5$L, %6$L, opk, 'delete', null, kizuna.%3$I(old), %7$L, %8$L);
+        values (x, %5$L, %6$L, opk, 'delete', null, %3$s, %7$L, %8$L);
       end if;
       if ni is not null then
         insert into kizuna.universe_pending (xid, source_table, target_table, pk, op, columns, apply_after, latest_only, max_attempts)
-        values (x, %5$L, %6$L, npk, 'upsert', ni, kizuna.%3$I(new), %7$L, %8$L);
+        values (x, %5$L, %6$L, npk, 'upsert', ni, %9$s, %7$L, %8$L);
       end if;
-      insert into kizuna.universe_marker (xid) values (x) on conflict do nothing;
+      -- Mark the transaction once (the mark queues the fold at commit); a setting remembers it.
+      if current_setting('kizuna.universe_marked', true) is distinct from x::text then
+        insert into kizuna.universe_marker (xid) values (x) on conflict do nothing;
+        perform set_config('kizuna.universe_marked', x::text, true);
+      end if;
       return null;
     end
     $cap$
-  $f$, 'universe_capture_' || oid_, image_fn, after_fn, t.pk_column, table_rel::oid, t.target_table,
-       t.latest_only, t.max_attempts);
+  $f$, 'universe_capture_' || oid_, image_fn, after_old, t.pk_column, table_rel::oid, t.target_table,
+       t.latest_only, t.max_attempts, after_new);
   execute format('create or replace trigger kizuna_universe after insert or update or delete on %s
                   for each row execute function kizuna.%I()', table_rel, 'universe_capture_' || oid_);
   -- TRUNCATE fires no row triggers: it would bypass the outbox.
