@@ -13,6 +13,8 @@
 //! * a target that cannot be reached or that fails (any failed request, or an answer without a
 //!   usable verdict) costs every event of the request an attempt and a backoff `retry_at`; at
 //!   `max_attempts` the event is a dead letter;
+//! * a delete the target answers `DELETE_WINS`, or `RLS_DENIED` with no row, found the row already
+//!   gone: acknowledged (as skipped);
 //! * a refusal is recorded on the event (`error`) and makes it a dead letter at once: a `REJECTED`
 //!   verdict is recorded under the event's key, so sending the key again can only replay it; a
 //!   permanent refusal of a request carrying that event alone (`KZP04`, a row too large) would be
