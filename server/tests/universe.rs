@@ -190,6 +190,10 @@ async fn writes_from_any_caller_arrive_on_the_target_exactly_as_written() {
     let again = u.sync(&[]).await;
     assert_eq!(again["sent"], 0, "{again}");
 
+    // TRUNCATE would bypass the outbox: refused, nothing changed.
+    let refused = u.source.client().batch_execute("truncate public.items").await.unwrap_err();
+    assert_eq!(refused.as_db_error().map(|e| e.code().code()), Some("KZP05"), "{refused:?}");
+
     // A deleted key created again arrives again (the target holds its tombstone).
     u.source.exec("insert into public.items (id, title, amount, region) values ('d', 'back', 8, 'eu')").await;
     let back = u.sync(&[]).await;
