@@ -562,3 +562,50 @@ async fn status_counters_as_json_and_metrics_on_both_sides() {
         .bearer_auth(u.gateway.token("a11ce000-0000-4000-8000-000000000001")).send().await.unwrap();
     assert_eq!(anyone.status(), 403);
 }
+
+#[tokio::test]
+async fn a_long_running_sync_delivers_writes_as_they_come_and_stops_on_sigterm() {
+    let _serial = SERIAL.lock().await;
+    let u = Universe::new("select kizuna.register_universe_table('public.items')").await;
+    let mut sync = std::process::Command::new(BIN)
+        .args(["universe-sync", "--source", u.source.url(), "--target", &u.gateway.url, "--target-jwt-secret", SECRET])
+        .args(["--interval", "200ms", "--prune-acked"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start universe-sync --interval");
+    for key in ["first", "second"] {
+        u.source.exec(&format!("insert into public.items (id, title, region) values ('{key}', 'x', 'eu')")).await;
+        let mut arrived = false;
+        for _ in 0..150 {
+            let n: i64 = u.target.one(&format!("select count(*) from public.items where id = '{key}'")).await;
+            if n == 1 {
+                arrived = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(arrived, "{key} never arrived while universe-sync ran");
+    }
+    let status = u.source_status().await;
+    assert_eq!((status["pending"].as_i64(), status["applied_total"].as_i64()), (Some(0), Some(2)), "{status}");
+
+    let _ = std::process::Command::new("kill").args(["-TERM", &sync.id().to_string()]).status();
+    let mut exited = None;
+    for _ in 0..100 {
+        if let Some(status) = sync.try_wait().unwrap() {
+            exited = Some(status);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let Some(exit) = exited else {
+        let _ = sync.kill();
+        panic!("universe-sync ignored SIGTERM");
+    };
+    let output = sync.wait_with_output().unwrap();
+    assert!(exit.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let reports: Vec<Value> = String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(reports.len() >= 2, "one JSON line per run: {reports:?}");
+    assert_eq!(reports.iter().map(|r| r["applied"].as_u64().unwrap()).sum::<u64>(), 2, "{reports:?}");
+}

@@ -80,7 +80,10 @@ pub async fn run(source: &Source, target: &Target, delivery: &mut Delivery) -> R
             apply(&mut window, &updates);
         }
         let now = now_ms();
-        report.next_due_ms = delivery.next_send_at(&window, now).or(report.next_due_ms);
+        report.next_due_ms = match (delivery.next_send_at(&window, now), report.next_due_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         // An event backing off blocks everything behind it, in this window and the next ones.
         if !full || delivery.is_blocked(&window, now) {
             break;
