@@ -3,6 +3,7 @@
 export PATH="$HOME/.cargo/bin:$PWD/tools/node_modules/.bin:$PATH"
 started_pids=()
 started_pg=""
+started_pg_second=""
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -14,6 +15,7 @@ cleanup() {
     wait "$pid" 2>/dev/null || true
   done
   if [ -n "$started_pg" ]; then scripts/pg.sh stop "$started_pg"; fi
+  if [ -n "$started_pg_second" ]; then scripts/pg.sh stop "$started_pg_second"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -26,6 +28,17 @@ ensure_database() {
     DATABASE_URL=$(scripts/pg.sh start "$started_pg")
   fi
   export DATABASE_URL
+}
+
+# A second throwaway cluster, for what spans two (universe sync's source and target), unless
+# KIZUNA_SECOND_DATABASE_URL is set; exports KIZUNA_SECOND_DATABASE_URL.
+ensure_second_cluster() {
+  if [ -z "${KIZUNA_SECOND_DATABASE_URL:-}" ]; then
+    started_pg_second="target/pg-$1-second"
+    scripts/pg.sh stop "$started_pg_second"
+    KIZUNA_SECOND_DATABASE_URL=$(scripts/pg.sh start "$started_pg_second")
+  fi
+  export KIZUNA_SECOND_DATABASE_URL
 }
 
 # A fresh database on the same cluster, named NAME; prints its URL.

@@ -9,12 +9,25 @@ set -euo pipefail
 PGBIN=/usr/lib/postgresql/15/bin
 cmd=${1:?start|stop}; dir=$(realpath -m "${2:?folder}")
 
+# The postmaster outlives this script: it must not keep what the caller had open. A build lock's
+# descriptor (`flock LOCK make test` hands it down) would otherwise stay held by the server and its
+# children after the caller ended, and here a server holding a lock others wait on was seen to die
+# with "select() failed in postmaster". Everything but stdin, stdout, stderr and the script itself
+# is closed.
+close_inherited() {
+  local fd
+  for fd in $(ls /proc/$$/fd); do
+    case $fd in 0|1|2|255) ;; *) eval "exec $fd>&-" 2>/dev/null || true ;; esac
+  done
+}
+
 cluster_dir() {
   if [ -f "$dir/location" ]; then cat "$dir/location"; else echo "$dir"; fi
 }
 
 case "$cmd" in
 start)
+  close_inherited
   mkdir -p "$dir"
   chown postgres "$dir" 2>/dev/null || true
   if ! runuser -u postgres -- test -w "$dir" 2>/dev/null; then

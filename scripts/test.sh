@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 scripts/setup-tools.sh
 source scripts/lib.sh
 ensure_database test
+ensure_second_cluster test   # universe sync: the source on the second cluster, the target on the first
 log=target/test-output.log
 : >"$log"
 failed_runners=()

@@ -1,4 +1,4 @@
--- Kizuna SQL pack, file 1 of 8: roles, schemas, auth helpers, settings and the pack's own tables.
+-- Kizuna SQL pack, file 1 of 9: roles, schemas, auth helpers, settings and the pack's own tables.
 --
 -- Idempotent: every statement can run again on an installed database. Later files hold the
 -- functions; this one holds only state, so re-running the pack never loses data.

@@ -1,4 +1,4 @@
--- Kizuna SQL pack, file 2 of 8: small helpers shared by push and pull.
+-- Kizuna SQL pack, file 2 of 9: small helpers shared by push and pull.
 --
 -- Everything that touches a user table here runs as the caller (SECURITY INVOKER), so the table's
 -- own Row Level Security decides. Table and column names only ever come from the catalog and are

@@ -1,4 +1,4 @@
--- Kizuna SQL pack, file 3 of 8: the registry of synced tables.
+-- Kizuna SQL pack, file 3 of 9: the registry of synced tables.
 --
 -- kizuna.register_table(...) records a table and compiles two functions for it:
 --   kizuna."bucket_<oid>"(row)  the admin's bucket expression over the row's columns, and

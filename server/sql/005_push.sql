@@ -1,4 +1,4 @@
--- Kizuna SQL pack, file 5 of 8: push.
+-- Kizuna SQL pack, file 5 of 9: push.
 --
 -- public.kizuna_push(request jsonb) runs as the caller (SECURITY INVOKER): every read and write of a
 -- user table goes through the caller's privileges and Row Level Security. The pack's own tables
@@ -21,7 +21,8 @@
 -- Ops: upsert inserts the row (unnamed columns take their defaults) or, when the key exists,
 -- assigns the named columns; patch assigns the named columns of an existing row and never creates
 -- one; delete removes the row, leaving a tombstone. A key that has a tombstone and no live entry is
--- deleted for push: writes to it are refused, never resurrected.
+-- deleted for push: writes to it are refused, never resurrected (except by a universe-sync source,
+-- which replicates writes already judged elsewhere, like a plain SQL writer: kizuna.is_universe_source).
 
 -- ---------------------------------------------------------------------------------------------
 -- Request shape: whole-request errors KZP01 (malformed), KZP03 (protocol), KZP02, KZP04.
@@ -237,6 +238,14 @@ begin
 end
 $$;
 
+-- A universe-sync source (a service_role token with the kizuna_universe claim, see 009) replicates
+-- writes made on another database, where they were already judged: like a plain SQL writer, it may
+-- create a key again after it was deleted.
+create or replace function kizuna.is_universe_source() returns boolean language sql stable as $$
+  select coalesce(nullif(current_setting('role', true), 'none') = 'service_role'
+                  and nullif(current_setting('request.jwt.claims', true), '')::jsonb ? 'kizuna_universe', false)
+$$;
+
 -- Column versions of a key: {"col": {"seq": n, "hlc": "...", "writer": "..."}}.
 create or replace function kizuna.versions_of(table_name text, key text) returns jsonb
 language sql stable security definer set search_path = pg_catalog as $$
@@ -378,7 +387,7 @@ declare
   t kizuna.synced_tables;
   op text := m ->> 'op';
   key text := m ->> 'pk';
-  cols jsonb := coalesce(m -> 'columns', '{}');
+  cols jsonb := coalesce(nullif(m -> 'columns', 'null'), '{}');  -- "columns": null is no columns
   writable jsonb;
   key_type text;
   ks record;
@@ -438,7 +447,7 @@ begin
       current_row := kizuna.render_row(t.rel, t.pk_column, key);
     end if;
     ks := kizuna.key_state(t.name, key, client, (m ->> 'read_seq')::bigint);
-    if ks.state = 'deleted' and op = 'upsert' then
+    if ks.state = 'deleted' and op = 'upsert' and not kizuna.is_universe_source() then
       return kizuna.tombstone_verdict(m, t, ks.seen_images);
     end if;
 

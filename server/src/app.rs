@@ -20,7 +20,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Connects, installs the pack, applies --init-sql, starts LISTEN, then serves until a signal.
 pub async fn serve(config: Config) -> Result<(), String> {
     warn_about_demo_settings(&config);
-    let pg = db::parse_url(&config.database_url)?;
+    let pg = db::parse_url(config.database_url()?)?;
 
     let setup = db::connect_with_retry(&pg, Duration::from_secs(config.connect_timeout)).await?;
     db::prepare(&setup, &config.init_sql).await?;
@@ -93,7 +93,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
 
 /// `kizuna-server status`: the durable figures as pretty JSON.
 pub async fn status(config: Config) -> Result<(), String> {
-    let pg = db::parse_url(&config.database_url)?;
+    let pg = db::parse_url(config.database_url()?)?;
     let client = db::connect_with_retry(&pg, Duration::from_secs(config.connect_timeout)).await?;
     let figures = db::status(&client)
         .await
@@ -115,7 +115,7 @@ fn warn_about_demo_settings(config: &Config) {
 }
 
 /// Resolves on SIGINT or SIGTERM.
-async fn signal() {
+pub(crate) async fn signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

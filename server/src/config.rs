@@ -13,7 +13,9 @@ pub const DEV_JWT_SECRET: &str = "kizuna-dev-secret-change-me";
 #[command(
     name = "kizuna-server",
     version,
-    about = "Kizuna's gateway: JWT check, one transaction per request, wake-ups and metrics in front of the SQL pack."
+    about = "Kizuna's gateway: JWT check, one transaction per request, wake-ups and metrics in front of the SQL pack.",
+    // The universe commands name their databases themselves (--source): they need no --database-url.
+    subcommand_negates_reqs = true
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -26,6 +28,12 @@ pub struct Cli {
 pub enum Command {
     /// Print the durable figures (`select kizuna.status()`) as pretty JSON and exit.
     Status,
+    /// Deliver universe sync's source outbox to a target Kizuna deployment's push entry point.
+    UniverseSync(crate::universe::cli::SyncArgs),
+    /// Print universe sync's counters: the source outbox's, and a target's apply path's.
+    UniverseStatus(crate::universe::cli::StatusArgs),
+    /// Inspect, requeue or discard universe sync's dead letters.
+    UniverseDead(crate::universe::cli::DeadArgs),
 }
 
 #[derive(Debug, Clone, Parser)]
@@ -35,8 +43,8 @@ pub struct Config {
     pub listen: SocketAddr,
 
     /// PostgreSQL connection URL, e.g. postgres://postgres@127.0.0.1:5432/postgres.
-    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-    pub database_url: String,
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, required = true)]
+    pub database_url: Option<String>,
 
     /// HS256 secret that signs access tokens (Supabase: the project's JWT secret). The default is a
     /// public development secret: the server warns loudly while it is in use.
@@ -106,6 +114,11 @@ pub struct Config {
 }
 
 impl Config {
+    /// `--database-url`, which clap requires unless a universe command runs instead.
+    pub fn database_url(&self) -> Result<&str, String> {
+        self.database_url.as_deref().ok_or_else(|| "--database-url (or DATABASE_URL) is required".to_owned())
+    }
+
     pub fn uses_dev_secret(&self) -> bool {
         self.jwt_secret == DEV_JWT_SECRET
     }

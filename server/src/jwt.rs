@@ -42,9 +42,15 @@ impl Role {
 pub struct Claims {
     pub role: Role,
     pub sub: Option<String>,
+    /// The source universe a universe-sync token speaks for (its `kizuna_universe` claim): its
+    /// pushes are counted on the apply path's process counters too.
+    pub universe: Option<String>,
     /// The whole verified payload as JSON text, for `request.jwt.claims`.
     pub json: String,
 }
+
+/// The claim naming the source universe in a universe-sync token.
+pub const UNIVERSE_CLAIM: &str = "kizuna_universe";
 
 /// Why a token was refused. The message is safe to show the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,8 +120,9 @@ impl JwtKey {
         if role == Role::Authenticated && sub.is_none() {
             return Err(JwtError::Subject);
         }
+        let universe = claims.get(UNIVERSE_CLAIM).and_then(Value::as_str).map(str::to_owned);
         let json = Value::Object(claims).to_string();
-        Ok(Claims { role, sub, json })
+        Ok(Claims { role, sub, universe, json })
     }
 
     /// Signs `claims` as an HS256 token (dev tokens and tests).

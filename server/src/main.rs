@@ -1,7 +1,8 @@
-//! `kizuna-server`: serve the gateway, or `kizuna-server status` to print the durable figures.
+//! `kizuna-server`: serve the gateway; `kizuna-server status` prints the durable figures; the
+//! `universe-*` commands deliver and inspect universe sync's source outbox.
 
 use clap::Parser;
-use kizuna_server::app;
+use kizuna_server::{app, universe};
 use kizuna_server::config::{Cli, Command};
 
 #[tokio::main]
@@ -10,6 +11,9 @@ async fn main() {
     let result = match cli.command {
         None => app::serve(cli.config).await,
         Some(Command::Status) => app::status(cli.config).await,
+        Some(Command::UniverseSync(args)) => universe::cli::sync(args).await,
+        Some(Command::UniverseStatus(args)) => universe::cli::status(args).await,
+        Some(Command::UniverseDead(args)) => universe::cli::dead(args).await,
     };
     if let Err(message) = result {
         eprintln!("kizuna-server: {message}");

@@ -1,17 +1,17 @@
-//! `GET /metrics`: this process's counters (`kizuna_process_*`, reset at restart) and the durable
-//! figures of `kizuna.status()` read at scrape time (`kizuna_*`, the same for every gateway).
+//! `GET /metrics`: this process's counters (`kizuna_process_*`, reset at restart; the universe-sync
+//! apply path's among them) and the durable figures of `kizuna.status()` read at scrape time
+//! (`kizuna_*`, the same for every gateway), in the Prometheus text format of the `prometheus` crate.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use kizuna_protocol::Reason;
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::figures::{encode, label_safe, register_json, Family};
 use crate::jwt::unix_now;
+use crate::universe::apply::ApplyCounters;
 
 const ALL_REASONS: [Reason; 6] = [
     Reason::DeleteWins,
@@ -53,60 +53,113 @@ impl DurableFigures {
     }
 }
 
-#[derive(Default)]
+/// This process's counters, registered in a `prometheus` registry of their own.
 pub struct Metrics {
-    applied: AtomicU64,
-    replayed: AtomicU64,
-    skipped: AtomicU64,
-    delayed: AtomicU64,
-    rejected: Mutex<BTreeMap<String, u64>>,
-    errors: Mutex<BTreeMap<String, u64>>,
-    push_requests: AtomicU64,
-    pull_pages: AtomicU64,
-    expired_cursors: AtomicU64,
-    last_ok: AtomicU64,
-    last_error: AtomicU64,
-    wake_clients: AtomicU64,
-    wakes: AtomicU64,
+    registry: Registry,
+    push_requests: IntCounter,
+    applied: IntCounter,
+    replayed: IntCounter,
+    skipped: IntCounter,
+    delayed: IntCounter,
+    rejected: IntCounterVec,
+    errors: IntCounterVec,
+    pull_pages: IntCounter,
+    expired_cursors: IntCounter,
+    wakes: IntCounter,
+    wake_clients: IntGauge,
+    last_ok: IntGauge,
+    last_error: IntGauge,
+    /// The universe-sync apply path: pushes whose token names a source universe.
+    pub universe: ApplyCounters,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str| {
+            let c = IntCounter::new(name, help).expect("a valid metric name");
+            registry.register(Box::new(c.clone())).expect("registered once");
+            c
+        };
+        let labelled = |name: &str, help: &str, label: &str| {
+            let c = IntCounterVec::new(Opts::new(name, help), &[label]).expect("a valid metric name");
+            registry.register(Box::new(c.clone())).expect("registered once");
+            c
+        };
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help).expect("a valid metric name");
+            registry.register(Box::new(g.clone())).expect("registered once");
+            g
+        };
+        let metrics = Metrics {
+            push_requests: counter("kizuna_process_push_requests_total", "Push requests answered 200 by this process."),
+            applied: counter("kizuna_process_applied_total", "Mutations applied (new effects) through this process."),
+            replayed: counter("kizuna_process_replayed_total", "Mutations answered from the verdict ledger (replayed: true)."),
+            skipped: counter("kizuna_process_skipped_total", "Mutations answered SKIPPED (pruned, at or below the watermark)."),
+            delayed: counter("kizuna_process_delayed_total", "Mutations answered DELAYED (apply_after in the future)."),
+            rejected: labelled("kizuna_process_rejected_total", "Mutations answered REJECTED, by reason.", "reason"),
+            errors: labelled("kizuna_process_request_errors_total", "Whole requests refused, by error code.", "code"),
+            pull_pages: counter("kizuna_process_pull_pages_total", "Pull pages served by this process."),
+            expired_cursors: counter("kizuna_process_expired_cursors_total", "Pull pages served with lifecycle CHECKPOINT_EXPIRED."),
+            wakes: counter("kizuna_process_wakes_total", "Wake notifications received from the database."),
+            wake_clients: gauge("kizuna_process_wake_clients", "Wake (SSE) streams open on this process."),
+            last_ok: gauge("kizuna_process_last_ok_timestamp_seconds", "Unix time of the last successful push or pull (0: none yet)."),
+            last_error: gauge("kizuna_process_last_error_timestamp_seconds", "Unix time of the last refused request (0: none yet)."),
+            universe: ApplyCounters::default(),
+            registry,
+        };
+        // Every reason is shown from the start, at 0, so that rates work before the first rejection.
+        for reason in ALL_REASONS {
+            metrics.rejected.with_label_values(&[reason.as_str()]);
+        }
+        metrics
+    }
+}
+
+/// The fields of a push answer that are counted; rows and messages are skipped unparsed.
+#[derive(Deserialize)]
+pub struct PushAnswer {
+    #[serde(default)]
+    pub verdicts: Vec<VerdictBrief>,
+}
+
+#[derive(Deserialize)]
+pub struct VerdictBrief {
+    pub status: String,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub replayed: bool,
+}
+
+impl PushAnswer {
+    pub fn parse(response: &str) -> Vec<VerdictBrief> {
+        serde_json::from_str::<PushAnswer>(response).map_or_else(|_| Vec::new(), |a| a.verdicts)
+    }
 }
 
 impl Metrics {
     /// Counts the verdicts of a successful push (the pack's answer as text). A replayed verdict
     /// counts as replayed only: it had no new effect, whatever status it repeats.
     pub fn record_push(&self, response: &str) {
-        /// Just the fields counted; rows and messages are skipped unparsed.
-        #[derive(Deserialize)]
-        struct Answer {
-            #[serde(default)]
-            verdicts: Vec<Brief>,
-        }
-        #[derive(Deserialize)]
-        struct Brief {
-            status: String,
-            #[serde(default)]
-            reason: Option<String>,
-            #[serde(default)]
-            replayed: bool,
-        }
-        self.push_requests.fetch_add(1, Relaxed);
-        let verdicts = serde_json::from_str::<Answer>(response).map_or_else(|_| Vec::new(), |a| a.verdicts);
-        for verdict in verdicts {
+        self.push_requests.inc();
+        for verdict in PushAnswer::parse(response) {
             if verdict.replayed {
-                self.replayed.fetch_add(1, Relaxed);
+                self.replayed.inc();
                 continue;
             }
             match verdict.status.as_str() {
-                "APPLIED" => bump(&self.applied),
-                "SKIPPED" => bump(&self.skipped),
-                "DELAYED" => bump(&self.delayed),
+                "APPLIED" => self.applied.inc(),
+                "SKIPPED" => self.skipped.inc(),
+                "DELAYED" => self.delayed.inc(),
                 "REJECTED" => {
-                    let reason = verdict.reason.as_deref().unwrap_or("UNKNOWN");
-                    *lock(&self.rejected).entry(label_safe(reason)).or_default() += 1;
+                    let reason = label_safe(verdict.reason.as_deref().unwrap_or("UNKNOWN"));
+                    self.rejected.with_label_values(&[reason.as_str()]).inc();
                 }
                 _ => {}
             }
         }
-        self.last_ok.store(unix_now(), Relaxed);
+        self.last_ok.set(unix_now() as i64);
     }
 
     pub fn record_pull(&self, page: &str) {
@@ -115,230 +168,44 @@ impl Metrics {
             #[serde(default)]
             lifecycle: Option<String>,
         }
-        self.pull_pages.fetch_add(1, Relaxed);
+        self.pull_pages.inc();
         let lifecycle = serde_json::from_str::<Page>(page).ok().and_then(|p| p.lifecycle);
         if lifecycle.as_deref() == Some("CHECKPOINT_EXPIRED") {
-            self.expired_cursors.fetch_add(1, Relaxed);
+            self.expired_cursors.inc();
         }
-        self.last_ok.store(unix_now(), Relaxed);
+        self.last_ok.set(unix_now() as i64);
     }
 
     pub fn record_error(&self, code: &str) {
-        *lock(&self.errors).entry(label_safe(code)).or_default() += 1;
-        self.last_error.store(unix_now(), Relaxed);
+        self.errors.with_label_values(&[label_safe(code).as_str()]).inc();
+        self.last_error.set(unix_now() as i64);
     }
 
     pub fn wake_client_connected(&self) {
-        bump(&self.wake_clients);
+        self.wake_clients.inc();
     }
 
     pub fn wake_client_gone(&self) {
-        self.wake_clients.fetch_sub(1, Relaxed);
+        self.wake_clients.dec();
     }
 
     pub fn record_wake(&self) {
-        bump(&self.wakes);
+        self.wakes.inc();
     }
 
     /// The Prometheus text exposition. `status` is `kizuna.status()`, or `None` when the database
     /// did not answer (then `kizuna_up` is 0 and no durable figure is shown).
     pub fn render(&self, status: Option<&Value>) -> String {
-        let mut out = String::new();
-        let counter = |out: &mut String, name: &str, help: &str, value: u64| {
-            let _ = write!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
-            );
-        };
-        counter(
-            &mut out,
-            "kizuna_process_push_requests_total",
-            "Push requests answered 200 by this process.",
-            self.push_requests.load(Relaxed),
-        );
-        counter(
-            &mut out,
-            "kizuna_process_applied_total",
-            "Mutations applied (new effects) through this process.",
-            self.applied.load(Relaxed),
-        );
-        counter(
-            &mut out,
-            "kizuna_process_replayed_total",
-            "Mutations answered from the verdict ledger (replayed: true).",
-            self.replayed.load(Relaxed),
-        );
-        counter(
-            &mut out,
-            "kizuna_process_skipped_total",
-            "Mutations answered SKIPPED (pruned, at or below the watermark).",
-            self.skipped.load(Relaxed),
-        );
-        counter(
-            &mut out,
-            "kizuna_process_delayed_total",
-            "Mutations answered DELAYED (apply_after in the future).",
-            self.delayed.load(Relaxed),
-        );
-        // Every reason is shown from the start, at 0, so that rates work before the first rejection.
-        let mut rejected = lock(&self.rejected).clone();
-        for reason in ALL_REASONS {
-            rejected.entry(reason.as_str().to_owned()).or_default();
-        }
-        labelled(
-            &mut out,
-            "kizuna_process_rejected_total",
-            "Mutations answered REJECTED, by reason.",
-            "reason",
-            &rejected,
-        );
-        labelled(
-            &mut out,
-            "kizuna_process_request_errors_total",
-            "Whole requests refused, by error code.",
-            "code",
-            &lock(&self.errors),
-        );
-        counter(
-            &mut out,
-            "kizuna_process_pull_pages_total",
-            "Pull pages served by this process.",
-            self.pull_pages.load(Relaxed),
-        );
-        counter(
-            &mut out,
-            "kizuna_process_expired_cursors_total",
-            "Pull pages served with lifecycle CHECKPOINT_EXPIRED.",
-            self.expired_cursors.load(Relaxed),
-        );
-        counter(
-            &mut out,
-            "kizuna_process_wakes_total",
-            "Wake notifications received from the database.",
-            self.wakes.load(Relaxed),
-        );
-        let gauge = |out: &mut String, name: &str, help: &str, value: String| {
-            let _ = write!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"
-            );
-        };
-        gauge(
-            &mut out,
-            "kizuna_process_wake_clients",
-            "Wake (SSE) streams open on this process.",
-            self.wake_clients.load(Relaxed).to_string(),
-        );
-        gauge(
-            &mut out,
-            "kizuna_process_last_ok_timestamp_seconds",
-            "Unix time of the last successful push or pull (0: none yet).",
-            self.last_ok.load(Relaxed).to_string(),
-        );
-        gauge(
-            &mut out,
-            "kizuna_process_last_error_timestamp_seconds",
-            "Unix time of the last refused request (0: none yet).",
-            self.last_error.load(Relaxed).to_string(),
-        );
-        gauge(
-            &mut out,
-            "kizuna_up",
-            "1 when kizuna.status() answered this scrape.",
-            u8::from(status.is_some()).to_string(),
-        );
+        let scrape = Registry::new();
+        self.universe.register(&scrape);
+        let up = Family::new("kizuna_up", "1 when kizuna.status() answered this scrape.", None, false);
+        up.set(None, f64::from(u8::from(status.is_some())));
+        up.register(&scrape);
         if let Some(status) = status {
-            durable_figures(&mut out, status);
+            register_json(&scrape, "kizuna_", status, "Durable figure from kizuna.status():");
         }
-        out
+        encode(&[&self.registry, &scrape])
     }
-}
-
-/// Every number (or boolean) in `kizuna.status()` becomes a metric named after its key, so new
-/// figures in the pack show up without a gateway change: `{"ledger_size": 3}` → `kizuna_ledger_size 3`.
-/// An object of numbers becomes one labelled family: `{"rejected_total": {"RLS_DENIED": 2}}` →
-/// `kizuna_rejected_total{reason="RLS_DENIED"} 2`. Keys ending in `_total` are counters (they
-/// survive restarts, being durable); the rest are gauges. Text values (times, epoch) are left out.
-fn durable_figures(out: &mut String, status: &Value) {
-    let Value::Object(fields) = status else {
-        return;
-    };
-    for (key, value) in fields {
-        let name = format!("kizuna_{}", metric_name_safe(key));
-        let kind = if name.ends_with("_total") {
-            "counter"
-        } else {
-            "gauge"
-        };
-        let header = format!(
-            "# HELP {name} Durable figure {key} from kizuna.status().\n# TYPE {name} {kind}\n"
-        );
-        match value {
-            Value::Object(members) => {
-                let label = if key.contains("rejected") {
-                    "reason"
-                } else {
-                    "key"
-                };
-                out.push_str(&header);
-                for (member, value) in members {
-                    if let Some(number) = as_number(value) {
-                        let _ =
-                            writeln!(out, "{name}{{{label}=\"{}\"}} {number}", label_safe(member));
-                    }
-                }
-            }
-            value => {
-                if let Some(number) = as_number(value) {
-                    let _ = writeln!(out, "{header}{name} {number}");
-                }
-            }
-        }
-    }
-}
-
-fn as_number(value: &Value) -> Option<f64> {
-    match value {
-        Value::Number(n) => n.as_f64(),
-        Value::Bool(b) => Some(f64::from(u8::from(*b))),
-        _ => None,
-    }
-}
-
-fn labelled(out: &mut String, name: &str, help: &str, label: &str, values: &BTreeMap<String, u64>) {
-    let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} counter\n");
-    for (value, count) in values {
-        let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {count}");
-    }
-}
-
-fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Relaxed);
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A counter map stays usable even if a thread panicked while holding it.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Label values come from the pack (reasons, SQLSTATEs), but are escaped all the same.
-fn label_safe(s: &str) -> String {
-    s.chars()
-        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .take(64)
-        .collect()
-}
-
-fn metric_name_safe(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]

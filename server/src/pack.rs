@@ -14,6 +14,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("006_pull.sql", include_str!("../sql/006_pull.sql")),
     ("007_admin.sql", include_str!("../sql/007_admin.sql")),
     ("008_operator.sql", include_str!("../sql/008_operator.sql")),
+    ("009_universe.sql", include_str!("../sql/009_universe.sql")),
 ];
 
 /// The example synced table used by the demo and the browser tests (not part of the pack).

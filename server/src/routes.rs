@@ -62,6 +62,7 @@ pub fn router(state: AppState, config: &Config) -> Router {
         .route("/rest/v1/rpc/kizuna_admin", post(admin))
         .route("/kizuna/v1/wake", get(wake))
         .route("/metrics", get(metrics))
+        .route("/kizuna/v1/universe-apply", get(universe_apply))
         .route("/healthz", get(healthz));
     if config.dev_tokens {
         api = api.route("/kizuna/v1/dev-token", post(dev_token));
@@ -116,35 +117,47 @@ fn cors(origins: &str) -> CorsLayer {
 }
 
 async fn push(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let result = rpc(&app, &headers, body, Rpc::Push).await;
+    let (claims, result) = rpc(&app, &headers, body, Rpc::Push).await;
+    // A universe-sync token's pushes are the target's apply path: counted there too.
+    if claims.is_some_and(|c| c.universe.is_some()) {
+        match &result {
+            Ok(text) => app.metrics.universe.record_push(text),
+            Err(error) => app.metrics.universe.record_error(error.code()),
+        }
+    }
     answer(&app, result, Metrics::record_push)
 }
 
 async fn pull(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let result = rpc(&app, &headers, body, Rpc::Pull).await;
+    let (_, result) = rpc(&app, &headers, body, Rpc::Pull).await;
     answer(&app, result, Metrics::record_pull)
 }
 
 async fn admin(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let result = rpc(&app, &headers, body, Rpc::Admin).await;
+    let (_, result) = rpc(&app, &headers, body, Rpc::Admin).await;
     answer(&app, result, |_, _| {})
 }
 
 /// Token, then the caller's share, then body size, then JSON, then the database: every refusal
 /// before the database leaves it untouched. The request's JSON goes to the pack as the caller sent
 /// it, and the pack's answer comes back as it wrote it: nothing is re-serialised, so no number is
-/// rounded. The pack checks the request's shape, for callers through PostgREST too.
-async fn rpc(app: &AppState, headers: &HeaderMap, body: Body, rpc: Rpc) -> Result<String, ApiError> {
+/// rounded. The pack checks the request's shape, for callers through PostgREST too. Returns the
+/// verified claims with the answer (none when the token was refused).
+async fn rpc(app: &AppState, headers: &HeaderMap, body: Body, rpc: Rpc) -> (Option<Claims>, Result<String, ApiError>) {
     let claims = match authenticate(&app.key, bearer(headers)) {
         Ok(claims) => claims,
-        Err(error) => return Err(drained(body, error).await),
+        Err(error) => return (None, Err(drained(body, error).await)),
     };
-    let Some(_admitted) = app.limits.admit(&claims) else {
-        return Err(drained(body, ApiError::too_many_requests(app.limits.limit())).await);
-    };
-    let bytes = read_body(headers, body, app.body_limit).await?;
-    let request = request_of(&bytes)?;
-    db::call(&app.pool, rpc, &claims, request, app.statement_timeout).await
+    let result = async {
+        let Some(_admitted) = app.limits.admit(&claims) else {
+            return Err(drained(body, ApiError::too_many_requests(app.limits.limit())).await);
+        };
+        let bytes = read_body(headers, body, app.body_limit).await?;
+        let request = request_of(&bytes)?;
+        db::call(&app.pool, rpc, &claims, request, app.statement_timeout).await
+    }
+    .await;
+    (Some(claims), result)
 }
 
 fn answer(app: &AppState, result: Result<String, ApiError>, record: impl Fn(&Metrics, &str)) -> Response {
@@ -342,22 +355,41 @@ fn wake_events(
 
 /// `/metrics` on the main address: for the metrics token or a service_role JWT only.
 async fn metrics(State(app): State<AppState>, headers: HeaderMap) -> Response {
-    let token = bearer(&headers);
+    if let Err(refused) = operator_only(&app, &headers) {
+        return refused;
+    }
+    metrics_text(&app).await
+}
+
+/// The metrics token or a service_role JWT, as `/metrics` wants them.
+fn operator_only(app: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+    let token = bearer(headers);
     let by_metrics_token = app
         .metrics_token
         .as_deref()
         .is_some_and(|wanted| token == Some(wanted));
-    if !by_metrics_token {
-        match authenticate(&app.key, token) {
-            Ok(claims) if claims.role == Role::ServiceRole => {}
-            Ok(_) => {
-                return ApiError::new(StatusCode::FORBIDDEN, "42501", "metrics need the metrics token or a service_role token")
-                    .into_response()
-            }
-            Err(error) => return error.into_response(),
-        }
+    if by_metrics_token {
+        return Ok(());
     }
-    metrics_text(&app).await
+    match authenticate(&app.key, token) {
+        Ok(claims) if claims.role == Role::ServiceRole => Ok(()),
+        Ok(_) => Err(ApiError::new(StatusCode::FORBIDDEN, "42501", "metrics need the metrics token or a service_role token")
+            .into_response()),
+        Err(error) => Err(error.into_response()),
+    }
+}
+
+/// `GET /kizuna/v1/universe-apply`: the universe-sync apply path's process counters as JSON (what
+/// `kizuna-server universe-status --target URL` prints), for the same callers as `/metrics`.
+async fn universe_apply(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(refused) = operator_only(&app, &headers) {
+        return refused;
+    }
+    Json(json!({
+        "process_counters": app.metrics.universe.figures(),
+        "kind": "process counters of this gateway process, since it started; not a durable audit log",
+    }))
+    .into_response()
 }
 
 /// The exposition itself; also what `--metrics-listen` serves without a token.

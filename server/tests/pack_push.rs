@@ -222,3 +222,18 @@ async fn a_gate_may_refuse_by_raising_and_a_row_one_may_read_but_not_write_comes
     assert_eq!(r["verdicts"][0]["server_row"]["title"], "shared", "the refusal shows the row as alice sees it");
     assert_eq!(r["verdicts"][0]["server_row"]["done"], false);
 }
+
+#[tokio::test]
+async fn a_delete_with_columns_null_deletes_as_one_without_columns() {
+    let db = TestDb::with_todos().await;
+    let alice = Caller::user(ALICE);
+    let r = db.push(&alice, push_request(DEVICE, vec![mutation(1, "todos", "t1", "upsert", json!({"title": "a"}))])).await.unwrap();
+    assert_eq!(statuses(&r), ["APPLIED"]);
+    // JSON null where the contract says the field is optional: the same as leaving it out (this
+    // failed as VALIDATION_FAILED, 22023, before: its keys were read as an object's).
+    let mut delete = mutation(2, "todos", "t1", "delete", Value::Null);
+    delete["columns"] = Value::Null;
+    let r = db.push(&alice, push_request(DEVICE, vec![delete])).await.unwrap();
+    assert_eq!(statuses(&r), ["APPLIED"], "{r}");
+    assert_eq!(db.one::<i64>("select count(*) from public.todos").await, 0);
+}

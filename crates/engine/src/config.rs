@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::outbox_policy::{Charge, DelayWindow, RetryPolicy};
 use crate::records::Millis;
 
 /// Engine configuration.
@@ -39,6 +40,20 @@ impl Default for Config {
             pull_interval_ms: 30_000,
             buckets: Vec::new(),
             latest_only_tables: BTreeSet::new(),
+        }
+    }
+}
+
+impl Config {
+    /// The outbox policy of the browser client: only permanent refusals are charged, at most
+    /// `max_permanent_failures` in a row; delay windows are held locally.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            retry_base_ms: self.retry_base_ms,
+            retry_max_ms: self.retry_max_ms,
+            charge: Charge::PermanentOnly,
+            permanent_budget: self.max_permanent_failures,
+            delay_window: DelayWindow::HoldLocally,
         }
     }
 }

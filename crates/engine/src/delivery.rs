@@ -24,6 +24,7 @@
 use kizuna_protocol::{Mutation, PROTOCOL_VERSION, PushRequest};
 
 use crate::engine::Engine;
+use crate::outbox_policy::{next_slice, Timing, UnitState};
 use crate::records::{Millis, OutboxEntry};
 use crate::transaction::{StoreOp, Transaction};
 use crate::wire_time::rfc3339;
@@ -46,16 +47,6 @@ impl InFlight {
     pub(crate) fn seqs(&self) -> impl Iterator<Item = i64> + '_ {
         self.units.iter().flatten().copied()
     }
-}
-
-/// Where a unit stands at `now`.
-pub(crate) enum UnitState {
-    /// Can go in the next slice.
-    Ready,
-    /// In its delay window until then; does not block the queue.
-    Held(Millis),
-    /// Backing off until then; blocks the queue behind it.
-    Blocked(Millis),
 }
 
 impl Engine {
@@ -122,53 +113,21 @@ impl Engine {
         units
     }
 
+    /// Where a delivery unit stands at `now`, by the outbox policy.
     pub(crate) fn unit_state(&self, unit: &[i64], now: Millis) -> UnitState {
-        let entries = unit.iter().map(|s| &self.outbox[s]);
-        let mut held = None::<Millis>;
-        let mut blocked = None::<Millis>;
-        for e in entries {
-            if let Some(after) = e.apply_after {
-                let until = after.max(e.retry_at.unwrap_or(Millis::MIN));
-                if until > now {
-                    held = Some(held.map_or(until, |h| h.max(until)));
-                }
-            } else if let Some(at) = e.retry_at.filter(|&at| at > now) {
-                blocked = Some(blocked.map_or(at, |b| b.max(at)));
-            }
-        }
-        match (held, blocked) {
-            (Some(h), _) => UnitState::Held(h),
-            (None, Some(b)) => UnitState::Blocked(b),
-            (None, None) => UnitState::Ready,
-        }
+        let timings = unit.iter().map(|s| &self.outbox[s]).map(|e| Timing { apply_after: e.apply_after, retry_at: e.retry_at });
+        self.config.retry_policy().unit_state(timings, now)
     }
 
     /// Units for the next request: ready units in issue order up to the slice width (at least
     /// one unit, so a batch wider than the limit still goes whole), skipping held ones and
     /// stopping at the first blocked one.
     fn next_slice(&self, now: Millis) -> Vec<Vec<i64>> {
-        let limit = self.slice_limit();
-        let mut slice: Vec<Vec<i64>> = Vec::new();
-        let mut width = 0;
-        for unit in self.units() {
-            match self.unit_state(&unit, now) {
-                UnitState::Held(_) => continue,
-                UnitState::Blocked(_) => break,
-                UnitState::Ready => {
-                    if !slice.is_empty() && width + unit.len() > limit {
-                        break;
-                    }
-                    width += unit.len();
-                    slice.push(unit);
-                    if width >= limit {
-                        break;
-                    }
-                }
-            }
-        }
-        slice
+        let units = self.units();
+        let picked = next_slice(units.iter().map(|u| (u.len(), self.unit_state(u, now))), self.slice_limit());
+        let mut units: Vec<Option<Vec<i64>>> = units.into_iter().map(Some).collect();
+        picked.into_iter().filter_map(|i| units[i].take()).collect()
     }
-
 }
 
 /// The wire form of an entry.

@@ -26,7 +26,8 @@
 //! `records.rs` (persisted types), `transaction.rs` (ops and events), `config.rs`,
 //! `inputs.rs`, `status.rs`, `engine.rs` (state, shared bookkeeping), `outbox.rs` (local
 //! writes, coalescing), `delivery.rs` (issue order, slices), `verdicts.rs`,
-//! `push_failures.rs` (retry, budget, narrowing), `dead_letters.rs`, `pull.rs`, `commit.rs`,
+//! `push_failures.rs` (retry, budget, narrowing), `dead_letters.rs`, `outbox_policy.rs` (the rules of
+//! attempts, backoff, dead letters and delivery order, shared with universe sync: `universe.rs`), `pull.rs`, `commit.rs`,
 //! `rebase.rs`, `schedule.rs`, `backoff.rs`, `hlc.rs`, `prng.rs`, `wire_time.rs`; `memory.rs`, an
 //! in-memory store for native adapters and tests.
 
@@ -43,6 +44,7 @@ mod hlc;
 mod inputs;
 pub mod memory;
 mod outbox;
+pub mod outbox_policy;
 mod prng;
 mod pull;
 mod rebase;
@@ -50,6 +52,7 @@ mod records;
 mod schedule;
 mod status;
 mod transaction;
+pub mod universe;
 mod verdicts;
 mod wire_time;
 

@@ -1,4 +1,5 @@
-//! Whole-request push failures: retry with backoff, charge a lone unit, or narrow the slice.
+//! Whole-request push failures: retry with backoff, charge a lone unit, or narrow the slice, as
+//! the outbox policy (`outbox_policy.rs`, shared with universe sync) decides.
 //!
 //! Classification is `ErrorClass::of(status, code)`, shared with the server crate. Retryable
 //! failures (network, timeout, 5xx, 401, `AUTH_SESSION_*`, anything unknown) never touch the
@@ -7,9 +8,9 @@
 
 use kizuna_protocol::ErrorClass;
 
-use crate::backoff;
 use crate::engine::Engine;
 use crate::inputs::Failure;
+use crate::outbox_policy::{Charged, OnFailure};
 use crate::records::Millis;
 use crate::transaction::{Event, StoreOp, Transaction};
 
@@ -32,35 +33,43 @@ impl Engine {
             retryable: class.is_retryable(),
         });
 
-        if class.is_retryable() {
-            let wait = backoff::delay(self.push.streak, self.config.retry_base_ms, self.config.retry_max_ms, &mut self.prng);
-            for seq in in_flight.seqs() {
-                if let Some(e) = self.outbox.get_mut(&seq) {
-                    e.retry_at = Some(now + wait);
-                    e.last_error = Some(error.clone());
-                    tx.ops.push(StoreOp::PutOutbox(e.clone()));
+        let width: usize = in_flight.units.iter().map(Vec::len).sum();
+        let policy = self.config.retry_policy();
+        match policy.on_request_failure(class, &failure.code, in_flight.units.len(), width) {
+            OnFailure::BackOff => {
+                let retry_at = policy.backoff_until(self.push.streak, now, &mut self.prng);
+                for seq in in_flight.seqs() {
+                    if let Some(e) = self.outbox.get_mut(&seq) {
+                        e.retry_at = Some(retry_at);
+                        e.last_error = Some(error.clone());
+                        tx.ops.push(StoreOp::PutOutbox(e.clone()));
+                    }
                 }
             }
-        } else if in_flight.units.len() == 1 {
-            self.charge_unit(now, &in_flight.units[0], &error, &mut tx);
-        } else {
-            let width: usize = in_flight.units.iter().map(Vec::len).sum();
-            let narrowed = if ErrorClass::is_size_refusal(&failure.code) { (width / 2).max(1) } else { 1 };
-            self.meta.slice_limit = Some(narrowed as u32);
-            for seq in in_flight.seqs() {
-                if let Some(e) = self.outbox.get_mut(&seq) {
-                    e.last_error = Some(error.clone());
-                    tx.ops.push(StoreOp::PutOutbox(e.clone()));
+            OnFailure::Charge { budget } => {
+                let budget = budget.unwrap_or(self.config.max_permanent_failures);
+                for unit in &in_flight.units {
+                    self.charge_unit(now, unit, budget, &error, &mut tx);
                 }
             }
-            tx.ops.push(self.put_meta());
+            OnFailure::Narrow { width } => {
+                self.meta.slice_limit = Some(width as u32);
+                for seq in in_flight.seqs() {
+                    if let Some(e) = self.outbox.get_mut(&seq) {
+                        e.last_error = Some(error.clone());
+                        tx.ops.push(StoreOp::PutOutbox(e.clone()));
+                    }
+                }
+                tx.ops.push(self.put_meta());
+            }
         }
         tx
     }
 
-    /// Charges one permanent refusal to a delivery unit that went alone: below the budget it
-    /// backs off (blocking the queue, to keep issue order), at the budget it is dead-lettered.
-    fn charge_unit(&mut self, now: Millis, unit: &[i64], error: &str, tx: &mut Transaction) {
+    /// Charges one failure to a delivery unit (the outbox policy decides which failures are
+    /// charged): below its budget it backs off (blocking the queue, to keep issue order), at the
+    /// budget it is dead-lettered.
+    fn charge_unit(&mut self, now: Millis, unit: &[i64], budget: u32, error: &str, tx: &mut Transaction) {
         let mut used = 0;
         for seq in unit {
             if let Some(e) = self.outbox.get_mut(seq) {
@@ -69,15 +78,15 @@ impl Engine {
                 used = used.max(e.permanent_failures);
             }
         }
-        if used >= self.config.max_permanent_failures {
-            self.dead_letter_unit(now, unit, error, tx);
-            return;
-        }
-        let wait = backoff::delay(used, self.config.retry_base_ms, self.config.retry_max_ms, &mut self.prng);
-        for seq in unit {
-            if let Some(e) = self.outbox.get_mut(seq) {
-                e.retry_at = Some(now + wait);
-                tx.ops.push(StoreOp::PutOutbox(e.clone()));
+        match self.config.retry_policy().charge(used, budget, now, &mut self.prng) {
+            Charged::DeadLetter => self.dead_letter_unit(now, unit, error, tx),
+            Charged::RetryAt(at) => {
+                for seq in unit {
+                    if let Some(e) = self.outbox.get_mut(seq) {
+                        e.retry_at = Some(at);
+                        tx.ops.push(StoreOp::PutOutbox(e.clone()));
+                    }
+                }
             }
         }
     }

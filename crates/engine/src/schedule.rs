@@ -1,6 +1,6 @@
 //! When the adapter should call `poll_push` / `poll_pull` next.
 
-use crate::delivery::UnitState;
+use crate::outbox_policy::next_send_at;
 use crate::engine::Engine;
 use crate::records::Millis;
 
@@ -19,24 +19,8 @@ impl Engine {
         push.into_iter().chain(pull).min().map(|at| at.max(now).max(held))
     }
 
-    /// The earliest time a unit becomes sendable: the first ready one is now; held units wake
-    /// at their window's end; the first blocked one wakes at its retry time and hides the rest.
+    /// The earliest time a unit becomes sendable (the outbox policy's `next_send_at`).
     fn next_push_at(&self, now: Millis) -> Option<Millis> {
-        let mut earliest: Option<Millis> = None;
-        for unit in self.units() {
-            let at = match self.unit_state(&unit, now) {
-                UnitState::Ready => now,
-                UnitState::Held(until) => until,
-                UnitState::Blocked(until) => {
-                    earliest = Some(earliest.map_or(until, |e| e.min(until)));
-                    break;
-                }
-            };
-            earliest = Some(earliest.map_or(at, |e| e.min(at)));
-            if at == now {
-                break;
-            }
-        }
-        earliest
+        next_send_at(self.units().iter().map(|u| self.unit_state(u, now)), now)
     }
 }

@@ -8,7 +8,6 @@
 
 use kizuna_protocol::{PushResponse, VerdictStatus};
 
-use crate::backoff;
 use crate::engine::Engine;
 use crate::rebase::apply_op;
 use crate::records::{Millis, RowKey};
@@ -101,20 +100,20 @@ impl Engine {
                 }
                 Some((VerdictStatus::Delayed, _)) => {
                     self.meta.counters.delayed += 1;
-                    let retry_base = self.config.retry_base_ms;
+                    let policy = self.config.retry_policy();
                     let e = self.outbox.get_mut(&seq).expect("live");
                     e.attempts = e.attempts.saturating_sub(1);
                     e.permanent_failures = 0;
-                    e.retry_at = Some(e.apply_after.unwrap_or(Millis::MIN).max(now + retry_base));
+                    e.retry_at = Some(policy.delayed_until(e.apply_after, now));
                     tx.ops.push(StoreOp::PutOutbox(e.clone()));
                 }
                 // No verdict, or a refusal without its reason: not an answer we may act on.
                 _ => {
                     unanswered += 1;
-                    let attempts = self.outbox[&seq].attempts.max(1);
-                    let wait = backoff::delay(attempts, self.config.retry_base_ms, self.config.retry_max_ms, &mut self.prng);
+                    let attempts = self.outbox[&seq].attempts;
+                    let retry_at = self.config.retry_policy().backoff_until(attempts, now, &mut self.prng);
                     let e = self.outbox.get_mut(&seq).expect("live");
-                    e.retry_at = Some(now + wait);
+                    e.retry_at = Some(retry_at);
                     e.last_error = Some("BAD_RESPONSE: no usable verdict for this mutation".into());
                     tx.ops.push(StoreOp::PutOutbox(e.clone()));
                 }

@@ -58,6 +58,12 @@ impl TestDb {
             panic!("DATABASE_URL is unset, so this test cannot run: run `make test` (it starts a throwaway \
                     PostgreSQL cluster), or set DATABASE_URL to a superuser URL of a running cluster");
         };
+        TestDb::on(&admin_url).await
+    }
+
+    /// A fresh database with the pack installed on the cluster of `admin_url` (a superuser URL).
+    pub async fn on(admin_url: &str) -> TestDb {
+        let admin_url = admin_url.to_owned();
         let (admin, conn) = tokio_postgres::connect(&admin_url, NoTls).await.expect("connect DATABASE_URL");
         let admin_task = tokio::spawn(conn);
         let name = format!("kz_test_{}", uuid::Uuid::new_v4().simple());
