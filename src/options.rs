@@ -44,6 +44,9 @@ const OPTION_NAMES: &[&str] = &[
     "pullLimit", "maxSlice", "retryBaseMs", "retryMaxMs", "requestTimeoutMs", "latestOnlyTables",
 ];
 
+/// The options that take a number.
+const NUMBER_OPTIONS: &[&str] = &["pullIntervalMs", "pullLimit", "maxSlice", "retryBaseMs", "retryMaxMs", "requestTimeoutMs"];
+
 fn js_function(options: &JsValue, key: &str) -> Result<Option<Function>, JsValue> {
     let value = Reflect::get(options, &key.into()).unwrap_or(JsValue::UNDEFINED);
     if value.is_undefined() || value.is_null() {
@@ -62,8 +65,14 @@ impl ClientOptions {
                 return Err(invalid(format!("unknown option '{key}'; known: {}", OPTION_NAMES.join(", "))));
             }
         }
-        let plain: PlainOptions =
-            serde_wasm_bindgen::from_value(options.clone()).map_err(|e| invalid(format!("bad options: {e}")))?;
+        // JSON would carry NaN and the infinities as null, which reads as "not given".
+        for key in NUMBER_OPTIONS {
+            let value = Reflect::get(options, &(*key).into()).unwrap_or(JsValue::UNDEFINED);
+            if !(value.is_undefined() || value.is_null() || value.as_f64().is_some_and(f64::is_finite)) {
+                return Err(invalid(format!("options.{key} must be a finite number")));
+            }
+        }
+        let plain: PlainOptions = crate::js::decode(options).map_err(|e| invalid(format!("bad options: {e}")))?;
         let token = js_function(options, "token")?
             .ok_or_else(|| invalid("options.token must be a function returning the access token"))?;
         let fetch = js_function(options, "fetch")?;

@@ -57,7 +57,7 @@ fn to_js<T: Serialize>(value: &T) -> Result<JsValue, ClientError> {
 }
 
 fn from_js<T: DeserializeOwned>(value: JsValue) -> Result<T, ClientError> {
-    serde_wasm_bindgen::from_value(value)
+    js::decode(&value)
         .map_err(|e| ClientError::new("STORAGE_CORRUPT", format!("a stored record does not decode: {e}")))
 }
 

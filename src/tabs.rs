@@ -214,7 +214,7 @@ pub fn join(inner: &Rc<Inner>) {
         let weak = Rc::downgrade(inner);
         let handler = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
             let Some(inner) = weak.upgrade() else { return };
-            if let Ok(message) = serde_wasm_bindgen::from_value::<Message>(event.data()) {
+            if let Ok(message) = crate::js::decode::<Message>(&event.data()) {
                 receive(&inner, message);
             }
         });

@@ -42,12 +42,14 @@ pub fn token_with_role(sub: &str, role: &str) -> String {
 }
 
 pub fn to_js(value: &Value) -> JsValue {
-    use serde::Serialize;
-    value.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).unwrap()
+    js_sys::JSON::parse(&value.to_string()).unwrap()
 }
 
 pub fn from_js(value: JsValue) -> Value {
-    serde_wasm_bindgen::from_value(value).unwrap_or(Value::Null)
+    if value.is_undefined() {
+        return Value::Null;
+    }
+    js_sys::JSON::stringify(&value).ok().and_then(|s| serde_json::from_str(&String::from(s)).ok()).unwrap_or(Value::Null)
 }
 
 /// Options for a client of `user` on database `name`, timers off so each test drives sync itself.
