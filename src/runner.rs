@@ -82,7 +82,8 @@ pub fn failure_error(f: &Failure) -> ClientError {
 
 /// Where a pull run goes after a page.
 enum Flow {
-    Next(PullRequest),
+    /// The next page, fetched while this one was staged.
+    Next(PullPage),
     Committed,
     Abandoned,
 }
@@ -301,19 +302,11 @@ impl Inner {
     /// One pull run from the committed cursor to its closing page. Returns false when no pull
     /// was due.
     pub async fn pull_run(&self) -> Result<bool, ClientError> {
-        let Some(mut request) = self.engine.borrow_mut().poll_pull(now()) else { return Ok(false) };
+        let Some(request) = self.engine.borrow_mut().poll_pull(now()) else { return Ok(false) };
+        let mut page = self.fetch_page(self.transport.rpc("kizuna_pull", &request).await).await?;
         loop {
-            let page = match self.transport.rpc::<_, PullPage>("kizuna_pull", &request).await {
-                Ok(page) => page,
-                Err(failure) => {
-                    let t = now();
-                    let error = failure_error(&failure);
-                    self.step(true, &[], |engine, _| Ok((engine.on_pull_failure(t, failure), ()))).await?;
-                    return Err(error);
-                }
-            };
             match self.feed_page(page).await? {
-                Flow::Next(next) => request = next,
+                Flow::Next(next) => page = next,
                 Flow::Committed => return Ok(true),
                 Flow::Abandoned => {
                     return Err(ClientError::new("PULL_ABANDONED", "the server sent a page that would move the checkpoint backwards; the run was abandoned and will be retried").with_retryable(true))
@@ -322,20 +315,41 @@ impl Inner {
         }
     }
 
+    /// A page's answer, or its failure handed to the engine (in a step of its own) and returned.
+    async fn fetch_page(&self, answer: Result<PullPage, Failure>) -> Result<PullPage, ClientError> {
+        match answer {
+            Ok(page) => Ok(page),
+            Err(failure) => {
+                let t = now();
+                let error = failure_error(&failure);
+                self.step(true, &[], |engine, _| Ok((engine.on_pull_failure(t, failure), ()))).await?;
+                Err(error)
+            }
+        }
+    }
+
     /// Hands a page to the engine inside a store transaction. Pages before the closing one are
-    /// staged; the closing page commits the whole run: the staged pages are read back in the same
-    /// transaction that writes the rows, so the run lands at once or not at all and no transaction
-    /// stays open across a network wait.
+    /// staged, and the next page is fetched while the staging commits, so the network and the
+    /// store work at once; the closing page commits the whole run: the staged pages are read back
+    /// in the same transaction that writes the rows, so the run lands at once or not at all and no
+    /// transaction stays open across a network wait.
     async fn feed_page(&self, page: PullPage) -> Result<Flow, ClientError> {
         let txn = self.begin(true).await?;
         let step = self.engine.borrow_mut().on_pull_page(now(), page);
         let planned = match step {
-            PullStep::Stage { tx, next } | PullStep::Restart { tx, next } => Ok((tx, Flow::Next(next))),
-            PullStep::Abandoned { tx } => Ok((tx, Flow::Abandoned)),
-            PullStep::Commit(plan) => self.write_run(&txn, plan).await.map(|tx| (tx, Flow::Committed)),
+            PullStep::Stage { tx, next } | PullStep::Restart { tx, next } => Ok((tx, Err(next))),
+            PullStep::Abandoned { tx } => Ok((tx, Ok(Flow::Abandoned))),
+            PullStep::Commit(plan) => self.write_run(&txn, plan).await.map(|tx| (tx, Ok(Flow::Committed))),
         };
+        // After the step: where the run went (`Ok`), or the next page to fetch (`Err`).
+        let planned: Result<(Transaction, Result<Flow, PullRequest>), ClientError> = planned;
         match planned {
-            Ok((tx, flow)) => {
+            Ok((tx, Err(next))) => {
+                let (written, fetched) = futures_util::future::join(self.finish(txn, &tx), self.transport.rpc("kizuna_pull", &next)).await;
+                written?;
+                Ok(Flow::Next(self.fetch_page(fetched).await?))
+            }
+            Ok((tx, Ok(flow))) => {
                 self.finish(txn, &tx).await?;
                 Ok(flow)
             }

@@ -170,8 +170,13 @@ impl WriteTxn<'_> {
 
     /// Page `page_no` of the pull run in progress, as staged.
     pub async fn staged_page(&self, page_no: u32) -> Result<PullPage, ClientError> {
-        let page = get(&store(&self.tx, STAGING)?, (page_no as f64).into()).await?;
-        from_js(page.unwrap_or(JsValue::UNDEFINED))
+        let page = get(&store(&self.tx, STAGING)?, (page_no as f64).into()).await?.unwrap_or(JsValue::UNDEFINED);
+        match page.as_string() {
+            Some(text) => serde_json::from_str(&text)
+                .map_err(|e| ClientError::new("STORAGE_CORRUPT", format!("a staged page does not decode: {e}"))),
+            // Staged by an earlier version, as an object.
+            None => from_js(page),
+        }
     }
 
     /// Queues every operation; requests run in order, so a later put wins over an earlier one.
@@ -263,7 +268,10 @@ fn apply(tx: &Transaction<'_>, ops: &[StoreOp]) -> Result<(), ClientError> {
             StoreOp::DeleteDead(n) => drop(s(DEAD)?.delete(seq(*n)).primitive().map_err(failed)?),
             StoreOp::PutMeta(meta) => drop(s(META)?.put(to_js(meta)?).with_key(JsValue::from_str(META_KEY)).primitive().map_err(failed)?),
             StoreOp::PutStaging { page_no, page } => {
-                drop(s(STAGING)?.put(to_js(page)?).with_key(JsValue::from_f64(*page_no as f64)).primitive().map_err(failed)?)
+                // As JSON text: nothing reads a staged page but the commit, and a string is cloned
+                // into IndexedDB in one copy where a page of objects is walked entry by entry.
+                let text = serde_json::to_string(page).map_err(|e| ClientError::new("STORAGE_FAILED", format!("cannot encode a page: {e}")))?;
+                drop(s(STAGING)?.put(JsValue::from_str(&text)).with_key(JsValue::from_f64(*page_no as f64)).primitive().map_err(failed)?)
             }
             StoreOp::ClearStaging => drop(s(STAGING)?.clear().map_err(failed)?),
             StoreOp::ClearRows => drop(s(ROWS)?.clear().map_err(failed)?),

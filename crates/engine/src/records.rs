@@ -28,7 +28,12 @@ impl RowKey {
 
 /// One row of the `rows` store. The server's row and what the app reads are kept apart so that
 /// every checkpoint and every verdict can replay the still-pending writes over a new base.
+///
+/// Stored, `visible` is left out when it equals `base` (a row with no pending write: nearly every
+/// row), so a row is written, cloned and read once, not twice; read back, a missing `visible` is
+/// `base` again. Records stored with both read the same.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "StoredRow", from = "StoredRow")]
 pub struct RowRecord {
     /// The synced table's name.
     pub table: String,
@@ -42,6 +47,36 @@ pub struct RowRecord {
     /// What the app reads: `base` with the pending writes for this key replayed in seq order;
     /// `None` means the row does not exist for the app.
     pub visible: Option<Row>,
+}
+
+/// `RowRecord` as stored: `visible` absent when it equals `base`, `null` when the app has no row.
+#[derive(Serialize, Deserialize)]
+struct StoredRow {
+    table: String,
+    pk: String,
+    bucket: Option<String>,
+    base: Option<Row>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    visible: Option<Option<Row>>,
+}
+
+/// A field that is there, `null` included (serde would read `null` as absent).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Row>>, D::Error> {
+    Option::<Row>::deserialize(d).map(Some)
+}
+
+impl From<RowRecord> for StoredRow {
+    fn from(r: RowRecord) -> StoredRow {
+        let visible = (r.visible != r.base).then_some(r.visible);
+        StoredRow { table: r.table, pk: r.pk, bucket: r.bucket, base: r.base, visible }
+    }
+}
+
+impl From<StoredRow> for RowRecord {
+    fn from(s: StoredRow) -> RowRecord {
+        let visible = s.visible.unwrap_or_else(|| s.base.clone());
+        RowRecord { table: s.table, pk: s.pk, bucket: s.bucket, base: s.base, visible }
+    }
 }
 
 impl RowRecord {
@@ -197,5 +232,44 @@ impl PersistedState {
     /// outbox entry or a dead letter. The adapter reads `outbox` and `dead` first, then these.
     pub fn tracked_keys(outbox: &[OutboxEntry], dead: &[DeadLetter]) -> std::collections::BTreeSet<RowKey> {
         outbox.iter().map(OutboxEntry::key).chain(dead.iter().map(|d| d.entry.key())).collect()
+    }
+}
+
+#[cfg(test)]
+mod stored_rows {
+    use super::RowRecord;
+    use serde_json::json;
+
+    fn record(base: serde_json::Value, visible: serde_json::Value) -> RowRecord {
+        RowRecord {
+            table: "t".into(),
+            pk: "1".into(),
+            bucket: Some("b".into()),
+            base: base.as_object().cloned(),
+            visible: visible.as_object().cloned(),
+        }
+    }
+
+    #[test]
+    fn a_row_with_no_pending_write_is_stored_once_and_reads_back_whole() {
+        let same = record(json!({"a": 1}), json!({"a": 1}));
+        let stored = serde_json::to_value(&same).unwrap();
+        assert_eq!(stored, json!({"table": "t", "pk": "1", "bucket": "b", "base": {"a": 1}}));
+        assert_eq!(serde_json::from_value::<RowRecord>(stored).unwrap(), same);
+    }
+
+    #[test]
+    fn a_row_its_pending_writes_change_or_hide_keeps_what_the_app_sees() {
+        for r in [record(json!({"a": 1}), json!({"a": 2})), record(json!({"a": 1}), json!(null)), record(json!(null), json!({"a": 2}))] {
+            let stored = serde_json::to_value(&r).unwrap();
+            assert!(stored.get("visible").is_some(), "{stored}");
+            assert_eq!(serde_json::from_value::<RowRecord>(stored).unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn a_record_stored_by_an_earlier_version_with_both_reads_the_same() {
+        let old = json!({"table": "t", "pk": "1", "bucket": "b", "base": {"a": 1}, "visible": {"a": 1}});
+        assert_eq!(serde_json::from_value::<RowRecord>(old).unwrap(), record(json!({"a": 1}), json!({"a": 1})));
     }
 }
