@@ -86,8 +86,8 @@ fn rows_to_js(records: Vec<RowRecord>) -> JsValue {
 impl KizunaClient {
     /// `open` for Rust callers (the browser tests drive the same code path JS does).
     pub async fn connect(options: JsValue) -> Result<KizunaClient, JsValue> {
-        let ClientOptions { name, config, transport, auto_sync, realtime_wakeups } = ClientOptions::parse(&options)?;
-        let store = Store::open(&name).await?;
+        let ClientOptions { name, indexes, config, transport, auto_sync, realtime_wakeups } = ClientOptions::parse(&options)?;
+        let store = Store::open(&name, indexes).await?;
         let (state, stamp) = store.load().await?;
         let state = match state {
             Some(state) => state,

@@ -7,6 +7,7 @@
 mod api;
 mod error;
 mod events;
+mod indexes;
 mod js;
 mod leader;
 mod options;

@@ -14,6 +14,8 @@ use crate::transport::Transport;
 
 pub struct ClientOptions {
     pub name: String,
+    /// Declared equality indexes (`indexes.rs`), each table's columns sorted and without repeats.
+    pub indexes: crate::indexes::Indexes,
     pub config: Config,
     pub transport: Transport,
     pub auto_sync: bool,
@@ -36,12 +38,13 @@ struct PlainOptions {
     retry_max_ms: Option<f64>,
     request_timeout_ms: Option<i32>,
     latest_only_tables: Option<Vec<String>>,
+    indexes: Option<crate::indexes::Indexes>,
 }
 
 /// Every option `open` knows; any other key is refused so a misspelt option fails loudly.
 const OPTION_NAMES: &[&str] = &[
     "name", "url", "token", "buckets", "apikey", "fetch", "autoSync", "realtimeWakeups", "pullIntervalMs",
-    "pullLimit", "maxSlice", "retryBaseMs", "retryMaxMs", "requestTimeoutMs", "latestOnlyTables",
+    "pullLimit", "maxSlice", "retryBaseMs", "retryMaxMs", "requestTimeoutMs", "latestOnlyTables", "indexes",
 ];
 
 /// The options that take a number.
@@ -110,8 +113,18 @@ impl ClientOptions {
             request_timeout_ms: plain.request_timeout_ms.unwrap_or(30_000).max(100),
         };
         let auto_sync = plain.auto_sync.unwrap_or(true);
+        let mut indexes = plain.indexes.unwrap_or_default();
+        for (table, columns) in indexes.iter_mut() {
+            if table.is_empty() || columns.iter().any(|c| c.is_empty()) {
+                return Err(invalid("options.indexes names a table or a column that is empty"));
+            }
+            columns.sort();
+            columns.dedup();
+        }
+        indexes.retain(|_, columns| !columns.is_empty());
         Ok(ClientOptions {
             name: plain.name,
+            indexes,
             config,
             transport,
             auto_sync,

@@ -24,9 +24,13 @@ use serde::{de::DeserializeOwned, Serialize};
 use wasm_bindgen::prelude::*;
 
 use crate::error::ClientError;
+use crate::indexes::Indexes;
 use crate::js;
 
-const ROWS: &str = "rows";
+/// The rows, with the tokens of the app's declared equality indexes (schema 2).
+const ROWS: &str = "rows_v2";
+/// Schema 1's rows: moved into `ROWS` by the first open of schema 2, then left empty.
+const LEGACY_ROWS: &str = "rows";
 const OUTBOX: &str = "outbox";
 const DEAD: &str = "dead";
 const STAGING: &str = "staging";
@@ -34,10 +38,16 @@ const META: &str = "meta";
 const ALL: [&str; 5] = [ROWS, OUTBOX, DEAD, STAGING, META];
 const META_KEY: &str = "meta";
 const SYNC_KEY: &str = "sync";
-const SCHEMA_VERSION: u32 = 1;
+/// The declared indexes the stored tokens were made for.
+const INDEXES_KEY: &str = "indexes";
+const SCHEMA_VERSION: u32 = 2;
+/// Rows moved or re-tokened per request while a schema or declaration changes.
+const CHUNK: u32 = 2_000;
 
 pub struct Store {
     db: Database,
+    /// The app's declared equality indexes, which every stored row carries tokens for.
+    indexes: Indexes,
 }
 
 /// The `sync` record: how many steps have committed (any tab's), and which tab leads.
@@ -65,20 +75,37 @@ fn row_key(table: &str, pk: &str) -> JsValue {
     Array::of2(&table.into(), &pk.into()).into()
 }
 
+/// A key after every row key of `table`: IndexedDB orders an array after any string.
+fn past_table(table: &str) -> JsValue {
+    Array::of2(&table.into(), &Array::new()).into()
+}
+
 fn upgrade(event: VersionChangeEvent, db: Database) -> indexed_db_futures::Result<()> {
     if event.old_version() < 1.0 {
-        let rows = db.create_object_store(ROWS).build()?;
-        rows.create_index("table", KeyPath::One("table")).with_unique(false).build()?;
-        rows.create_index("bucket", KeyPath::One("bucket")).with_unique(false).build()?;
         for name in [OUTBOX, DEAD, STAGING, META] {
             db.create_object_store(name).build()?;
         }
+    }
+    if event.old_version() < 2.0 {
+        let rows = db.create_object_store(ROWS).build()?;
+        rows.create_index("table", KeyPath::One("table")).with_unique(false).build()?;
+        rows.create_index("bucket", KeyPath::One("bucket")).with_unique(false).build()?;
+        rows.create_index("eq", KeyPath::One("eq")).with_unique(false).with_multi_entry(true).build()?;
     }
     Ok(())
 }
 
 impl Store {
-    pub async fn open(name: &str) -> Result<Store, ClientError> {
+    /// Opens (or creates) database `name`, whose rows carry tokens for `indexes`: a database of
+    /// schema 1 has its rows moved over, and rows stored under another declaration are re-tokened,
+    /// each once, in one transaction, before anything else reads them.
+    pub async fn open(name: &str, indexes: Indexes) -> Result<Store, ClientError> {
+        let store = Store::connect(name, indexes).await?;
+        store.settle_rows().await?;
+        Ok(store)
+    }
+
+    async fn connect(name: &str, indexes: Indexes) -> Result<Store, ClientError> {
         let db = Database::open(name)
             .with_version(SCHEMA_VERSION)
             .with_on_upgrade_needed(upgrade)
@@ -90,7 +117,81 @@ impl Store {
                 }
                 other => failed(other),
             })?;
-        Ok(Store { db })
+        Ok(Store { db, indexes })
+    }
+
+    /// Moves schema 1's rows into `ROWS`, and gives the rows of tables whose declared indexes
+    /// changed their new tokens.
+    async fn settle_rows(&self) -> Result<(), ClientError> {
+        let legacy = self.db.object_store_names().any(|n| n == LEGACY_ROWS);
+        let tx = self.db.transaction(if legacy { vec![LEGACY_ROWS, ROWS, META] } else { vec![ROWS, META] })
+            .with_mode(TransactionMode::Readwrite).build().map_err(failed)?;
+        let meta = store(&tx, META)?;
+        let before: Indexes = get(&meta, INDEXES_KEY.into()).await?.map(from_js).transpose()?.unwrap_or_default();
+        let retoken = crate::indexes::changed_tables(&before, &self.indexes);
+        if legacy {
+            let from = store(&tx, LEGACY_ROWS)?;
+            self.rewrite(&from, &store(&tx, ROWS)?, None).await?;
+            from.clear().map_err(failed)?;
+        }
+        for table in &retoken {
+            let rows = store(&tx, ROWS)?;
+            self.rewrite(&rows, &rows, Some(table)).await?;
+        }
+        if !retoken.is_empty() {
+            drop(meta.put(to_js(&self.indexes)?).with_key(JsValue::from_str(INDEXES_KEY)).primitive().map_err(failed)?);
+        }
+        tx.commit().await.map_err(failed)
+    }
+
+    /// Writes every row of `from` (of `table` only, when given) into `to` with this store's tokens,
+    /// `CHUNK` at a time.
+    async fn rewrite(&self, from: &ObjectStore<'_>, to: &ObjectStore<'_>, table: Option<&String>) -> Result<(), ClientError> {
+        let mut after: Option<JsValue> = None;
+        loop {
+            let range = match (&after, table) {
+                (None, None) => JsValue::UNDEFINED,
+                (Some(key), None) => web_sys::IdbKeyRange::lower_bound_with_open(key, true).map_err(|e| failed(crate::error::describe(&e)))?.into(),
+                (None, Some(t)) => web_sys::IdbKeyRange::bound_with_lower_open_and_upper_open(&row_key(t, ""), &past_table(t), false, true).map_err(|e| failed(crate::error::describe(&e)))?.into(),
+                (Some(key), Some(t)) => web_sys::IdbKeyRange::bound_with_lower_open_and_upper_open(key, &past_table(t), true, true)
+                    .map_err(|e| failed(crate::error::describe(&e)))?
+                    .into(),
+            };
+            let records: Vec<JsValue> = {
+                let request = from.get_all::<JsValue>().with_limit(CHUNK);
+                let request = if range.is_undefined() { request.primitive() } else { request.with_query(range).primitive() };
+                request.map_err(failed)?.await.map_err(failed)?.map(|r| r.map_err(failed)).collect::<Result<_, _>>()?
+            };
+            let Some(last) = records.last() else { return Ok(()) };
+            let last: RowRecord = from_js(last.clone())?;
+            for record in &records {
+                let row: RowRecord = from_js(record.clone())?;
+                drop(to.put(self.encode_row(&row)?).with_key(row_key(&row.table, &row.pk)).primitive().map_err(failed)?);
+            }
+            if (records.len() as u32) < CHUNK {
+                return Ok(());
+            }
+            after = Some(row_key(&last.table, &last.pk));
+        }
+    }
+
+    /// A row as stored: its record, with the tokens of its table's declared indexes.
+    fn encode_row(&self, row: &RowRecord) -> Result<JsValue, ClientError> {
+        let js = to_js(row)?;
+        if let Some(tokens) = crate::indexes::tokens(&self.indexes, row) {
+            let _ = js_sys::Reflect::set(&js, &"eq".into(), &to_js(&tokens)?);
+        }
+        Ok(js)
+    }
+
+    /// Every stored row the declared index answers `token` with.
+    pub async fn rows_equal(&self, token: &str) -> Result<Vec<RowRecord>, ClientError> {
+        self.rows_where("eq", token).await
+    }
+
+    /// The declared equality indexes.
+    pub fn indexes(&self) -> &Indexes {
+        &self.indexes
     }
 
     pub fn close(&self) {
@@ -124,7 +225,7 @@ impl Store {
         let rows = request_rows(&store(&tx, ROWS)?, keys)?;
         let stamp = present(stamp.await.map_err(failed)?).map(from_js).transpose()?.unwrap_or_default();
         let rows = rows_found(keys, rows).await?;
-        Ok((WriteTxn { tx, stamp }, rows))
+        Ok((WriteTxn { store: self, tx, stamp }, rows))
     }
 
     pub async fn get_row(&self, table: &str, pk: &str) -> Result<Option<RowRecord>, ClientError> {
@@ -144,13 +245,19 @@ impl Store {
         let rows = store(&tx, ROWS)?;
         let index = rows.index(index).map_err(failed)?;
         let found = index.get_all::<JsValue>().with_query(JsValue::from_str(value)).primitive().map_err(failed)?.await;
-        found.map_err(failed)?.map(|r| r.map_err(failed).and_then(from_js)).collect()
+        // Decoded as one array: one JSON.stringify and one parse, not one of each per row.
+        let all = Array::new();
+        for record in found.map_err(failed)? {
+            all.push(&record.map_err(failed)?);
+        }
+        from_js(all.into())
     }
 }
 
 /// A running read-write transaction over every store. Dropped without `commit`, it is rolled
 /// back, so a step that fails half-way writes nothing.
 pub struct WriteTxn<'a> {
+    store: &'a Store,
     tx: Transaction<'a>,
     /// The `sync` record as this transaction found it.
     pub stamp: SyncStamp,
@@ -181,7 +288,7 @@ impl WriteTxn<'_> {
 
     /// Queues every operation; requests run in order, so a later put wins over an earlier one.
     pub fn apply(&self, ops: &[StoreOp]) -> Result<(), ClientError> {
-        apply(&self.tx, ops)
+        apply(self.store, &self.tx, ops)
     }
 
     /// Resolves once everything queued is durable.
@@ -255,12 +362,12 @@ async fn get_all(store: &ObjectStore<'_>) -> Result<Vec<JsValue>, ClientError> {
 /// Queues every operation on `tx` without waiting for each: IndexedDB runs a transaction's
 /// requests in order, so a later put wins over an earlier one, and any failure aborts the
 /// transaction, which `commit` then reports.
-fn apply(tx: &Transaction<'_>, ops: &[StoreOp]) -> Result<(), ClientError> {
+fn apply(db: &Store, tx: &Transaction<'_>, ops: &[StoreOp]) -> Result<(), ClientError> {
     let s = |name| store(tx, name);
     let seq = |n: i64| JsValue::from_f64(n as f64);
     for op in ops {
         match op {
-            StoreOp::PutRow(row) => drop(s(ROWS)?.put(to_js(row)?).with_key(row_key(&row.table, &row.pk)).primitive().map_err(failed)?),
+            StoreOp::PutRow(row) => drop(s(ROWS)?.put(db.encode_row(row)?).with_key(row_key(&row.table, &row.pk)).primitive().map_err(failed)?),
             StoreOp::DeleteRow(key) => drop(s(ROWS)?.delete(row_key(&key.table, &key.pk)).primitive().map_err(failed)?),
             StoreOp::PutOutbox(entry) => drop(s(OUTBOX)?.put(to_js(entry)?).with_key(seq(entry.seq)).primitive().map_err(failed)?),
             StoreOp::DeleteOutbox(n) => drop(s(OUTBOX)?.delete(seq(*n)).primitive().map_err(failed)?),

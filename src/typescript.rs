@@ -101,7 +101,7 @@ export interface KizunaError extends Error {
 /** True when `e` is an error thrown by the client (answers at once). */
 export function isKizunaError(e: unknown): e is KizunaError;
 
-export interface ClientOptions {
+export interface ClientOptions<DB extends object = AnyTables> {
   /** IndexedDB database name; one per user and app. Every tab may open the same name. */
   name: string;
   /** Base URL of the gateway or Supabase project, e.g. "http://127.0.0.1:8787". */
@@ -132,6 +132,12 @@ export interface ClientOptions {
   requestTimeoutMs?: number;
   /** Tables whose pending writes coalesce: only the newest unsent write per key is kept. */
   latestOnlyTables?: string[];
+  /**
+   * Equality indexes: for each table, the columns `query`/`watch` filters (`where`) should find
+   * through IndexedDB instead of reading the whole table. Each declared column costs an index entry
+   * per row; changing the declaration re-indexes that table's rows once, at `open`.
+   */
+  indexes?: { [T in TableName<DB>]?: Extract<keyof RowOf<DB, T>, string>[] };
 }
 
 export interface WriteOptions {
@@ -246,7 +252,7 @@ export class KizunaClient<DB extends object = AnyTables> {
    * outbox; starts the sync loops unless `autoSync: false`. Every tab may open the same database:
    * one of them, the leader, runs the sync loops for all.
    */
-  static open<DB extends object = AnyTables>(options: ClientOptions): Promise<KizunaClient<DB>>;
+  static open<DB extends object = AnyTables>(options: ClientOptions<DB>): Promise<KizunaClient<DB>>;
   /**
    * Returns a promise, settled once the write is stored locally (the server comes later).
    * Creates the row, or assigns the columns it names when the row exists (the others keep their values).

@@ -72,9 +72,11 @@ impl Filter {
 
     /// The whole result for `table`, by primary key, through the bucket's or the table's index.
     pub async fn evaluate(&self, inner: &Inner, table: &str) -> Result<BTreeMap<String, Row>, ClientError> {
-        let mut records = match &self.bucket {
-            Some(b) => inner.store.rows_where("bucket", b).await?.into_iter().filter(|r| r.table == table).collect(),
-            None => inner.store.rows_where("table", table).await?,
+        let indexed = crate::indexes::lookup(inner.store.indexes(), table, &self.conditions);
+        let mut records = match (&self.bucket, indexed) {
+            (Some(b), _) => inner.store.rows_where("bucket", b).await?.into_iter().filter(|r| r.table == table).collect(),
+            (None, Some(token)) => inner.store.rows_equal(&token).await?,
+            (None, None) => inner.store.rows_where("table", table).await?,
         };
         if self.bucket.is_some() {
             // Rows written here have no bucket until a pull places them.

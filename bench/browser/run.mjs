@@ -49,7 +49,7 @@ try {
 
 const targets = {
   "local_write.ratio": ["≤", 1.2], "batch.ratio": ["≤", 1.2], "initial_sync.ratio": ["≤", 1.1], "initial_sync.fetch_ratio": ["≤", 1.5],
-  "query.ratio": ["≤", 1.0], "open_pending.ms": ["≤", 500], "wake_latency.p50_ms": ["≤", 30], "bundle.wasm_gzip_bytes": ["≤", 120000],
+  "query.ratio": ["≤", 1.0], "query_few.ms": ["≤", 10], "open_pending.ms": ["≤", 500], "wake_latency.p50_ms": ["≤", 30], "bundle.wasm_gzip_bytes": ["≤", 120000],
 };
 const get = (key) => key.split(".").reduce((o, k) => o?.[k], results);
 const fmt = (v) => typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(2)) : String(v);

@@ -9,6 +9,7 @@ wasm_bindgen_test_configure!(run_in_browser);
 mod support;
 mod conflicts;
 mod consistency;
+mod indexes;
 mod js_face;
 mod pull_side;
 mod push_side;

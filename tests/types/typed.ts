@@ -19,7 +19,12 @@ function expect<T extends true>(ok: T): T { return ok; }
 
 export async function typed(): Promise<void> {
   await init();
-  const client = await KizunaClient.open<Tables>({ name: "typed", url: "http://127.0.0.1:8787", token: () => "jwt", buckets: ["user:1"] });
+  const client = await KizunaClient.open<Tables>({ name: "typed", url: "http://127.0.0.1:8787", token: () => "jwt", buckets: ["user:1"],
+    indexes: { todos: ["done", "owner"], notes: ["pinned"] } });
+  // @ts-expect-error: a column the table does not have cannot be indexed
+  await KizunaClient.open<Tables>({ name: "typed", url: "u", token: () => null, buckets: [], indexes: { todos: ["dne"] } });
+  // @ts-expect-error: nor can a table the app does not have
+  await KizunaClient.open<Tables>({ name: "typed", url: "u", token: () => null, buckets: [], indexes: { todoz: ["done"] } });
 
   await client.put("todos", "t1", { id: "t1", title: "buy milk", done: false, note: null });
   await client.put("todos", "t1", { done: true }, { applyAfter: Date.now() + 1000, latestOnly: true });

@@ -1,0 +1,49 @@
+//! Equality indexes the app declares (`open({ indexes: { todos: ["done", "assignee"] } })`), so
+//! `query(table, { where })` and `watch` find the rows whose column equals a value through
+//! IndexedDB instead of reading the whole table.
+//!
+//! A stored row carries `eq`: one token per declared column of its table that holds a scalar in the
+//! row the app sees (`visible`), `table␟column␟value-as-JSON`, under a multi-entry index. JSON tells
+//! `1`, `"1"` and `true` apart, as the filter does. Undeclared tables pay nothing; a declared
+//! column costs an index entry per row.
+
+use std::collections::BTreeMap;
+
+use kizuna_engine::RowRecord;
+use serde_json::Value;
+
+/// Declared columns, by table.
+pub type Indexes = BTreeMap<String, Vec<String>>;
+
+const SEPARATOR: char = '\u{1F}';
+
+/// The token a row with `column` equal to `value` in `table` is found under; `None` for a value
+/// that is not indexed (an object or an array).
+pub fn token(table: &str, column: &str, value: &Value) -> Option<String> {
+    if value.is_object() || value.is_array() {
+        return None;
+    }
+    Some(format!("{table}{SEPARATOR}{column}{SEPARATOR}{value}"))
+}
+
+/// The tokens of `record`, or `None` when its table declares no index.
+pub fn tokens(indexes: &Indexes, record: &RowRecord) -> Option<Vec<String>> {
+    let columns = indexes.get(&record.table)?;
+    let row = record.visible.as_ref();
+    Some(columns.iter().filter_map(|c| row.and_then(|r| r.get(c)).and_then(|v| token(&record.table, c, v))).collect())
+}
+
+/// The first condition of `conditions` that a declared index of `table` can answer, as its token.
+pub fn lookup(indexes: &Indexes, table: &str, conditions: &serde_json::Map<String, Value>) -> Option<String> {
+    let columns = indexes.get(table)?;
+    conditions.iter().filter(|(c, _)| columns.contains(c)).find_map(|(c, v)| token(table, c, v))
+}
+
+/// The tables whose declared columns differ between `before` and `now`: their rows need new tokens.
+pub fn changed_tables(before: &Indexes, now: &Indexes) -> Vec<String> {
+    let mut tables: Vec<String> = before.keys().chain(now.keys()).cloned().collect();
+    tables.sort();
+    tables.dedup();
+    tables.retain(|t| before.get(t) != now.get(t));
+    tables
+}

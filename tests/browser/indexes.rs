@@ -1,0 +1,145 @@
+//! Declared equality indexes (`open({ indexes })`): a query or watch through one answers what a
+//! scan of the table answers, pending writes included; a new declaration re-indexes the rows it
+//! concerns at `open`; and a database stored by schema 1 (before indexes) opens with nothing lost.
+
+use indexed_db_futures::database::Database;
+use indexed_db_futures::prelude::*;
+use indexed_db_futures::transaction::TransactionMode;
+use indexed_db_futures::KeyPath;
+use js_sys::Array;
+use serde_json::{json, Value};
+use wasm_bindgen::JsValue;
+use wasm_bindgen_test::wasm_bindgen_test;
+
+use crate::support::*;
+
+/// The rows' ids without the test's prefix, sorted.
+fn ids(rows: &Value) -> Vec<String> {
+    let mut ids: Vec<String> =
+        rows.as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().rsplit('.').next().unwrap().to_owned()).collect();
+    ids.sort();
+    ids
+}
+
+async fn query(client: &kizunasync::KizunaClient, filter: Value) -> Vec<String> {
+    ids(&ok(client.query("todos".into(), Some(to_js(&filter)))).await)
+}
+
+#[wasm_bindgen_test]
+async fn a_query_through_a_declared_index_answers_what_a_scan_answers_pending_writes_included() {
+    let (name, user) = (format!("idx-{}", random_id()), random_id());
+    let opts = options(&name, &user);
+    set(&opts, "indexes", json!({"todos": ["done", "title"]}));
+    let client = open(&opts).await;
+    for (i, done) in [false, true, false, true, false].into_iter().enumerate() {
+        let id = format!("{user}.t{i}");
+        ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": format!("todo {i}"), "done": done})), None)).await;
+    }
+    ok(client.sync()).await;
+    // Pending: one row changes its value, one is new, one is deleted.
+    let key = |k: &str| format!("{user}.{k}");
+    ok(client.patch("todos".into(), key("t1").into(), to_js(&json!({"done": false})), None)).await;
+    ok(client.put("todos".into(), key("t9").into(), to_js(&json!({"id": key("t9"), "title": "todo 9", "done": false})), None)).await;
+    ok(client.delete("todos".into(), key("t0").into(), None)).await;
+
+    let open_ones = query(&client, json!({"where": {"done": false}})).await;
+    assert_eq!(open_ones, ["t1", "t2", "t4", "t9"]);
+    assert_eq!(query(&client, json!({"where": {"title": "todo 2", "done": false}})).await, ["t2"]);
+    assert_eq!(query(&client, json!({"where": {"title": "todo 2", "done": true}})).await, Vec::<String>::new());
+    // "false" the string is not false the boolean.
+    assert_eq!(query(&client, json!({"where": {"done": "false"}})).await, Vec::<String>::new());
+
+    // The same database without the declaration scans, and agrees.
+    client.close();
+    let scanning = open(&options(&name, &user)).await;
+    assert_eq!(query(&scanning, json!({"where": {"done": false}})).await, open_ones);
+    scanning.close();
+}
+
+#[wasm_bindgen_test]
+async fn a_new_declaration_indexes_the_rows_already_stored() {
+    let (name, user) = (format!("idx-{}", random_id()), random_id());
+    let client = open(&options(&name, &user)).await;
+    for i in 0..5 {
+        let id = format!("{user}.t{i}");
+        ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": format!("todo {}", i % 2), "done": i == 3})), None)).await;
+    }
+    ok(client.sync()).await;
+    client.close();
+
+    let opts = options(&name, &user);
+    set(&opts, "indexes", json!({"todos": ["title"]}));
+    let indexed = open(&opts).await;
+    assert_eq!(query(&indexed, json!({"where": {"title": "todo 1"}})).await, ["t1", "t3"]);
+    indexed.close();
+
+    set(&opts, "indexes", json!({"todos": ["done"]}));
+    let again = open(&opts).await;
+    assert_eq!(query(&again, json!({"where": {"done": true}})).await, ["t3"]);
+    assert_eq!(query(&again, json!({"where": {"title": "todo 1"}})).await, ["t1", "t3"], "an undeclared column is scanned");
+    again.close();
+}
+
+#[wasm_bindgen_test]
+async fn a_bad_declaration_is_refused() {
+    let opts = options(&format!("idx-{}", random_id()), &random_id());
+    set(&opts, "indexes", json!({"todos": "done"}));
+    let refused = call(kizunasync::KizunaClient::open(opts.into())).await.err().expect("refused");
+    assert_eq!(error_code(&refused), "INVALID_ARGUMENT");
+}
+
+/// Writes a database as schema 1 stored it: rows (with both `base` and `visible`) in `rows`, a
+/// pending write in `outbox`, the engine's `meta`.
+async fn schema_1_database(name: &str, user: &str) {
+    let db = Database::open(name)
+        .with_version(1u32)
+        .with_on_upgrade_needed(|_, db| {
+            let rows = db.create_object_store("rows").build()?;
+            rows.create_index("table", KeyPath::One("table")).with_unique(false).build()?;
+            rows.create_index("bucket", KeyPath::One("bucket")).with_unique(false).build()?;
+            for store in ["outbox", "dead", "staging", "meta"] {
+                db.create_object_store(store).build()?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let tx = db.transaction(["rows", "outbox", "meta"]).with_mode(TransactionMode::Readwrite).build().unwrap();
+    let key = |pk: &str| -> JsValue { Array::of2(&"todos".into(), &pk.into()).into() };
+    let rows = tx.object_store("rows").unwrap();
+    let bucket = format!("user:{user}");
+    let (old1, old2) = (format!("{user}.old1"), format!("{user}.old2"));
+    let pulled = json!({"table": "todos", "pk": old1, "bucket": bucket, "base": {"id": old1, "title": "kept"}, "visible": {"id": old1, "title": "kept"}});
+    let pending = json!({"table": "todos", "pk": old2, "bucket": null, "base": null, "visible": {"id": old2, "title": "pending"}});
+    rows.put(to_js(&pulled)).with_key(key(&old1)).primitive().unwrap().await.unwrap();
+    rows.put(to_js(&pending)).with_key(key(&old2)).primitive().unwrap().await.unwrap();
+    let client_id = random_id();
+    let entry = json!({"seq": 1, "id": random_id(), "table": "todos", "pk": old2, "op": "upsert",
+                       "columns": {"id": old2, "title": "pending"}, "hlc": format!("{:013}-0000-{client_id}", 1_733_200_000_000i64),
+                       "read_seq": 0, "batch": null, "apply_after": null, "latest_only": false, "created_at": 1733200000000i64,
+                       "sent": false, "attempts": 0, "permanent_failures": 0, "retry_at": null, "last_error": null});
+    tx.object_store("outbox").unwrap().put(to_js(&entry)).with_key(JsValue::from(1)).primitive().unwrap().await.unwrap();
+    let meta = json!({"client_id": client_id, "next_seq": 2, "checkpoint": {"cursor": null, "horizon": 0, "committed_at": null},
+                      "counters": {"applied": 0, "rejected": 0, "skipped": 0, "delayed": 0, "dead_lettered": 0},
+                      "hlc_last": null, "slice_limit": null});
+    tx.object_store("meta").unwrap().put(to_js(&meta)).with_key(JsValue::from("meta")).primitive().unwrap().await.unwrap();
+    tx.commit().await.unwrap();
+    db.close();
+}
+
+#[wasm_bindgen_test]
+async fn a_database_of_schema_1_opens_with_its_rows_and_pending_writes() {
+    let (name, user) = (format!("v1-{}", random_id()), random_id());
+    schema_1_database(&name, &user).await;
+    let opts = options(&name, &user);
+    set(&opts, "indexes", json!({"todos": ["title"]}));
+    let client = open(&opts).await;
+    let old1 = format!("{user}.old1");
+    assert_eq!(ok(client.get("todos".into(), old1.clone().into())).await, json!({"id": old1, "title": "kept"}));
+    assert_eq!(query(&client, json!({"where": {"title": "pending"}})).await, ["old2"]);
+    assert_eq!(ok(js_sys::Promise::resolve(&client.pending_writes())).await.as_array().map(Vec::len), Some(1));
+    // The pending write still goes to the server, once.
+    ok(client.sync()).await;
+    assert_eq!(ok(js_sys::Promise::resolve(&client.pending_writes())).await.as_array().map(Vec::len), Some(0));
+    client.close();
+}
