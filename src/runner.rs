@@ -244,11 +244,21 @@ impl Inner {
 
     pub async fn requeue_dead(&self, seq: i64) -> Result<(), ClientError> {
         let t = now();
-        self.step(false, &[], |engine, _| Ok((engine.requeue_dead(t, seq)?, ()))).await
+        let keys = self.engine.borrow().dead_group_keys(seq);
+        self.step(false, &keys, |engine, current| {
+            engine.remember(&keys, current);
+            Ok((engine.requeue_dead(t, seq)?, ()))
+        })
+        .await
     }
 
     pub async fn discard_dead(&self, seq: i64) -> Result<(), ClientError> {
-        self.step(false, &[], |engine, _| Ok((engine.discard_dead(seq)?, ()))).await
+        let keys = self.engine.borrow().dead_group_keys(seq);
+        self.step(false, &keys, |engine, current| {
+            engine.remember(&keys, current);
+            Ok((engine.discard_dead(seq)?, ()))
+        })
+        .await
     }
 
     /// Sends the next due slice, if any, and feeds the answer back.
@@ -263,17 +273,27 @@ impl Inner {
             })
             .await?;
         let Some(request) = request else { return Ok(PushOutcome::Idle) };
-        match self.transport.rpc::<_, PushResponse>("kizuna_push", &request).await {
+        let answer = self.transport.rpc::<_, PushResponse>("kizuna_push", &request).await;
+        // What the answer settles: the rows of the slice's keys, read in the same transaction.
+        let keys = self.engine.borrow().in_flight_keys();
+        let t = now();
+        match answer {
             Ok(response) => {
-                let t = now();
-                self.step(true, &[], |engine, _| Ok((engine.on_push_response(t, response), ()))).await?;
+                self.step(true, &keys, |engine, current| {
+                    engine.remember(&keys, current);
+                    Ok((engine.on_push_response(t, response), ()))
+                })
+                .await?;
                 Ok(PushOutcome::Answered)
             }
             Err(failure) => {
                 let class = ErrorClass::of(failure.status, Some(&failure.code));
-                let t = now();
                 let recorded = failure.clone();
-                self.step(true, &[], |engine, _| Ok((engine.on_push_failure(t, recorded), ()))).await?;
+                self.step(true, &keys, |engine, current| {
+                    engine.remember(&keys, current);
+                    Ok((engine.on_push_failure(t, recorded), ()))
+                })
+                .await?;
                 Ok(PushOutcome::Failed(failure, class))
             }
         }
@@ -366,6 +386,10 @@ impl Inner {
     /// page, the checkpoint and the staging cleanup from the plan.
     async fn write_run(&self, txn: &WriteTxn<'_>, mut plan: CommitPlan) -> Result<Transaction, ClientError> {
         if plan.rehydrate() {
+            // The rows of pending writes are kept through the rehydrate: read them before they go.
+            let keys = self.engine.borrow().tracked_keys();
+            let found = txn.rows(&keys).await?;
+            self.engine.borrow_mut().remember(&keys, &found);
             txn.apply(&[StoreOp::ClearRows])?;
         }
         for page_no in 0..plan.staged_pages() {

@@ -275,6 +275,11 @@ impl WriteTxn<'_> {
         Ok(())
     }
 
+    /// The stored records of `keys` that exist.
+    pub async fn rows(&self, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
+        read_rows(&store(&self.tx, ROWS)?, keys).await
+    }
+
     /// Page `page_no` of the pull run in progress, as staged.
     pub async fn staged_page(&self, page_no: u32) -> Result<PullPage, ClientError> {
         let page = get(&store(&self.tx, STAGING)?, (page_no as f64).into()).await?.unwrap_or(JsValue::UNDEFINED);
@@ -309,9 +314,9 @@ async fn load_state(tx: &Transaction<'_>) -> Result<Option<PersistedState>, Clie
     let Some(meta) = get(&store(tx, META)?, META_KEY.into()).await? else { return Ok(None) };
     let outbox: Vec<_> = get_all(&store(tx, OUTBOX)?).await?.into_iter().map(from_js).collect::<Result<_, _>>()?;
     let dead: Vec<_> = get_all(&store(tx, DEAD)?).await?.into_iter().map(from_js).collect::<Result<_, _>>()?;
-    let keys: Vec<RowKey> = PersistedState::tracked_keys(&outbox, &dead).into_iter().collect();
-    let rows = read_rows(&store(tx, ROWS)?, &keys).await?.into_values().collect();
-    Ok(Some(PersistedState { meta: from_js(meta)?, outbox, dead, rows }))
+    // The rows of pending writes are read by the steps that need them (`Engine::remember`), not
+    // here: a database with 10,000 pending writes spent half its open reading them one by one.
+    Ok(Some(PersistedState { meta: from_js(meta)?, outbox, dead, rows: Vec::new() }))
 }
 
 /// The records of `keys` that exist. Every request is issued before the first answer is awaited:

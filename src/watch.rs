@@ -80,8 +80,8 @@ impl Filter {
         };
         if self.bucket.is_some() {
             // Rows written here have no bucket until a pull places them.
-            let engine = inner.engine.borrow();
-            records.extend(engine.tracked_rows().filter(|r| r.table == table && r.bucket.is_none()).cloned());
+            let keys: Vec<RowKey> = inner.engine.borrow().tracked_keys().into_iter().filter(|k| k.table == table).collect();
+            records.extend(inner.store.rows(&keys).await?.into_values().filter(|r| r.bucket.is_none()));
         }
         Ok(records.into_iter().filter_map(|r| self.admit(&r, || true).map(|row| (r.pk, row))).collect())
     }
@@ -201,7 +201,7 @@ async fn refresh(inner: &Inner, watch: &Watch, pks: Option<&BTreeSet<String>>, f
             let mut result = watch.result.borrow().clone();
             for key in &keys {
                 let admitted = records.get(key).and_then(|record| {
-                    watch.filter.admit(record, || engine.tracked_rows().any(|r| r.table == key.table && r.pk == key.pk))
+                    watch.filter.admit(record, || engine.is_tracked(key))
                 });
                 match admitted {
                     Some(row) => result.insert(key.pk.clone(), row),

@@ -166,8 +166,8 @@ window.bench = {
     const client = await open(`kz-wake-a-${crypto.randomUUID()}`, sub, { autoSync: true });
     const sent = [];
     for (let i = 0; i < n; i++) {
-      sent.push([`w${i}`, performance.timeOrigin + now()]);
-      await client.put("todos", `w${i}`, { ...row(i), id: `w${i}` });
+      sent.push([`w-${sub}-${i}`, performance.timeOrigin + now()]);
+      await client.put("todos", `w-${sub}-${i}`, { ...row(i), id: `w-${sub}-${i}` });
       await new Promise((r) => setTimeout(r, 250));
     }
     await new Promise((r) => setTimeout(r, 1000));

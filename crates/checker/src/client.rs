@@ -51,7 +51,7 @@ impl Client {
         }
         self.seed = self.seed.wrapping_add(7919);
         let online = self.engine.is_online();
-        self.engine = Engine::new(self.config.clone(), self.store.load(), self.seed);
+        self.engine = Engine::new(self.config.clone(), self.store.load_cold(), self.seed);
         self.engine.set_online(online);
     }
 
@@ -86,6 +86,8 @@ impl Client {
                 Event::DeadLetter { entry, .. } => {
                     self.rec.outcomes.insert(entry.id, Outcome::DeadLettered);
                     // The app discards it: a poisoned write stays poisoned.
+                    let keys = self.engine.dead_group_keys(entry.seq);
+                    self.engine.remember(&keys, &self.store.rows_of(&keys));
                     if let Ok(tx) = self.engine.discard_dead(entry.seq) {
                         self.store.apply(tx);
                         self.store.take_events();
@@ -147,6 +149,9 @@ impl Client {
             };
             self.rec.note(format!("sent {} (client_seq {}, batch {:?}) -> {answer}", m.pk, m.client_seq, m.batch.is_some()));
         }
+        // As the adapter does: the rows the answer settles, read in its step.
+        let keys = self.engine.in_flight_keys();
+        self.engine.remember(&keys, &self.store.rows_of(&keys));
         let tx = match result {
             Ok(response) => self.engine.on_push_response(now_ms(), response),
             Err(failure) => self.engine.on_push_failure(now_ms(), failure),

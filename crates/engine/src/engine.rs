@@ -26,8 +26,11 @@ pub struct Engine {
     pub(crate) outbox: BTreeMap<i64, OutboxEntry>,
     /// Dead letters, sorted by `entry.seq`.
     pub(crate) dead: Vec<DeadLetter>,
-    /// Mirror of the `rows` records of tracked keys (keys with an outbox or dead entry), so a
-    /// verdict or dead letter can recompute `visible` from `base` without reading the store.
+    /// The `rows` records of tracked keys (keys with an outbox or dead entry) this engine was
+    /// given, so a verdict or dead letter can recompute `visible` from `base`. The adapter need not
+    /// load them at start: before a step it hands over the records of the keys that step may touch
+    /// ([`Engine::remember`], with the keys from [`Engine::in_flight_keys`], [`Engine::dead_group_keys`]
+    /// or, for a rehydrating commit, [`Engine::tracked_keys`]).
     pub(crate) rows: BTreeMap<RowKey, RowRecord>,
     pub(crate) prng: Prng,
     pub(crate) push: PushState,
@@ -140,9 +143,46 @@ impl Engine {
         self.outbox.values()
     }
 
-    /// The row records of keys with a pending write or a dead letter, as last persisted.
-    pub fn tracked_rows(&self) -> impl Iterator<Item = &RowRecord> {
-        self.rows.values()
+    /// Every key with a pending write or a dead letter.
+    pub fn tracked_keys(&self) -> Vec<RowKey> {
+        let keys: std::collections::BTreeSet<RowKey> =
+            self.outbox.values().map(OutboxEntry::key).chain(self.dead.iter().map(|d| d.entry.key())).collect();
+        keys.into_iter().collect()
+    }
+
+    /// The keys of the push in flight: what its answer or failure may touch.
+    pub fn in_flight_keys(&self) -> Vec<RowKey> {
+        let Some(in_flight) = &self.push.in_flight else { return Vec::new() };
+        let keys: std::collections::BTreeSet<RowKey> = in_flight.seqs().filter_map(|s| self.outbox.get(&s)).map(OutboxEntry::key).collect();
+        keys.into_iter().collect()
+    }
+
+    /// The keys of dead letter `seq` and the other members of its atomic group: what requeuing or
+    /// discarding it touches.
+    pub fn dead_group_keys(&self, seq: i64) -> Vec<RowKey> {
+        let batch = self.dead.iter().find(|d| d.entry.seq == seq).and_then(|d| d.entry.batch);
+        let keys: std::collections::BTreeSet<RowKey> = self
+            .dead
+            .iter()
+            .filter(|d| d.entry.seq == seq || (batch.is_some() && d.entry.batch == batch))
+            .map(|d| d.entry.key())
+            .collect();
+        keys.into_iter().collect()
+    }
+
+    /// The stored records of `keys` (read in the transaction of the step about to be taken; a key
+    /// missing from `found` has no record), for the steps that recompute those rows.
+    pub fn remember(&mut self, keys: &[RowKey], found: &BTreeMap<RowKey, RowRecord>) {
+        for key in keys {
+            match found.get(key) {
+                Some(record) if self.is_tracked(key) => {
+                    self.rows.insert(key.clone(), record.clone());
+                }
+                _ => {
+                    self.rows.remove(key);
+                }
+            }
+        }
     }
 
     /// The pending entries for `key`, in seq order: what is replayed over its base.
@@ -196,8 +236,8 @@ impl Engine {
 
     // ---- shared bookkeeping -------------------------------------------------------------
 
-    /// True when `key` has an outbox entry or a dead letter, i.e. its row is mirrored.
-    pub(crate) fn is_tracked(&self, key: &RowKey) -> bool {
+    /// True when `key` has an outbox entry or a dead letter.
+    pub fn is_tracked(&self, key: &RowKey) -> bool {
         self.outbox.values().any(|e| e.is_for(key)) || self.dead.iter().any(|d| d.entry.is_for(key))
     }
 

@@ -101,6 +101,9 @@ impl MemoryStore {
     /// time, then the plan's closing transaction.
     pub fn commit(&mut self, mut plan: CommitPlan, engine: &mut Engine, now: Millis) {
         if plan.rehydrate() {
+            // As the adapter does: the rows of pending writes, read before they are cleared.
+            let keys = engine.tracked_keys();
+            engine.remember(&keys, &self.rows_of(&keys));
             self.apply_op(StoreOp::ClearRows);
         }
         for page_no in 0..plan.staged_pages() {
@@ -113,6 +116,17 @@ impl MemoryStore {
         }
         let tx = plan.finish(engine, now);
         self.apply(tx);
+    }
+
+    /// The stored records of `keys` that exist: what a step that may touch them reads.
+    pub fn rows_of(&self, keys: &[RowKey]) -> BTreeMap<RowKey, RowRecord> {
+        keys.iter().filter_map(|k| self.rows.get(k).map(|r| (k.clone(), r.clone()))).collect()
+    }
+
+    /// What the browser adapter loads at start: the state without the rows of tracked keys, which
+    /// the steps read when they need them (see `Engine::remember`).
+    pub fn load_cold(&self) -> PersistedState {
+        PersistedState { rows: Vec::new(), ..self.load() }
     }
 
     /// The visible row of a key, as JSON.
