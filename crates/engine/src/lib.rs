@@ -7,8 +7,13 @@
 //! IndexedDB transaction, then events to emit) and the next time to wake.
 //!
 //! ## Driving it
-//! * Start: read `meta`, `outbox`, `dead` and the `rows` of [`PersistedState::tracked_keys`]
-//!   into a [`PersistedState`] (or [`Engine::fresh_state`]), then [`Engine::new`].
+//! * Start: read `meta`, `outbox` and `dead` into a [`PersistedState`] (or
+//!   [`Engine::fresh_state`]), then [`Engine::new`]. The `rows` of pending writes need not be read
+//!   at start: before a step that recomputes rows, read the records of the keys it may touch in
+//!   that step's transaction and pass them to [`Engine::remember`] (the keys of a push answer or
+//!   failure: [`Engine::in_flight_keys`]; of requeuing or discarding a dead letter:
+//!   [`Engine::dead_group_keys`]; of a rehydrating commit, before its `ClearRows`:
+//!   [`Engine::tracked_keys`]).
 //! * Writes: [`Engine::write`] inside the IndexedDB transaction that read `current`.
 //! * Push: [`Engine::poll_push`] → persist its transaction → send → [`Engine::on_push_response`]
 //!   or [`Engine::on_push_failure`] → persist. Call `poll_push` again right away: after a
