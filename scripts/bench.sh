@@ -4,7 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup-tools.sh
 source scripts/lib.sh
-cargo build -q -p kizuna-server
+# Release builds, as an app would deploy them: the gateway here, the package below.
+cargo build -q --release -p kizuna-server
+export KIZUNA_SERVER=target/release/kizuna-server
 export KIZUNA_PG_FSYNC=on
 ensure_database bench
 db=$(fresh_database kizuna_bench)
@@ -41,7 +43,7 @@ for f in server/sql/0*.sql; do psql "$source_db" -q -v ON_ERROR_STOP=1 -f "$f" >
 psql "$source_db" -q -v ON_ERROR_STOP=1 -v n=$n -f bench/universe-source.sql | sed -n -e '/^Time: /{s//    /;p;b' -e '}' -e '/^  /p'
 DATABASE_URL="$target_db" start_gateway --init-sql bench/universe-target.sql --reap-interval 0 --jwt-secret "$secret"
 started=$(date +%s%N)
-report=$(target/debug/kizuna-server universe-sync --source "$source_db" --target "$gateway_url" \
+report=$("$KIZUNA_SERVER" universe-sync --source "$source_db" --target "$gateway_url" \
   --target-jwt-secret "$secret" --once --batch-size 500)
 sync_ms=$(( ($(date +%s%N) - started) / 1000000 ))
 echo "  universe-sync --once --batch-size 500: $report"

@@ -53,7 +53,8 @@ start_gateway() {
   local port log
   port=$(free_port)
   log="target/kizuna-server-$port.log"
-  target/debug/kizuna-server --listen "127.0.0.1:$port" "$@" >"$log" 2>&1 &
+  # KIZUNA_SERVER: the gateway binary (make bench sets the release build).
+  "${KIZUNA_SERVER:-target/debug/kizuna-server}" --listen "127.0.0.1:$port" "$@" >"$log" 2>&1 &
   started_pids+=($!)
   for _ in $(seq 1 300); do
     if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$port/healthz', timeout=1)" 2>/dev/null; then
