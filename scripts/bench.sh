@@ -30,6 +30,9 @@ echo "  load of 100,000 synced rows in one INSERT: $(( ($(date +%s%N) - started)
 for limit in 1000 5000; do
   PGOPTIONS="-c bench.limit=$limit" psql "$db" -qf bench/pull.sql 2>&1 | sed -n 's/.*NOTICE: */  /p'
 done
+started=$(date +%s%N)
+psql "$db" -qf bench/million.sql
+echo "  load of 1,000,000 synced rows in one INSERT (the memory figure's data): $(( ($(date +%s%N) - started) / 1000000 )) ms"
 psql "$db" -qf bench/push.sql 2>&1 | sed -n 's/.*NOTICE: */  /p'
 psql "$db" -qf bench/stranger.sql 2>&1 | sed -n 's/.*NOTICE: */  /p'
 

@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use futures_util::lock::Mutex;
 use js_sys::{Function, Promise, Reflect};
-use kizuna_engine::{Engine, LocalWrite, RowRecord};
+use kizuna_engine::{Engine, LocalWrite};
 use kizuna_protocol::{Op, Row};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -79,9 +79,6 @@ fn random_uuid() -> Uuid {
     made.unwrap_or_else(|| Uuid::from_u64_pair(random_seed(), random_seed()))
 }
 
-fn rows_to_js(records: Vec<RowRecord>) -> JsValue {
-    to_js(&Value::Array(records.into_iter().filter_map(|r| r.visible.map(Value::Object)).collect()))
-}
 
 impl KizunaClient {
     /// `open` for Rust callers (the browser tests drive the same code path JS does).
@@ -243,7 +240,7 @@ impl KizunaClient {
     #[wasm_bindgen(skip_typescript)]
     pub fn list(&self, table: JsValue) -> Promise {
         self.run_checked(values::text(&table, "table"), |table, inner| async move {
-            Ok(rows_to_js(inner.store.rows_where("table", &table).await?))
+            Ok(Filter::default().rows(&inner, &table).await?.into())
         })
     }
 
@@ -253,8 +250,7 @@ impl KizunaClient {
     pub fn query(&self, table: JsValue, filter: Option<JsValue>) -> Promise {
         let parsed = values::text(&table, "table").and_then(|t| Ok((t, Filter::parse(filter)?)));
         self.run_checked(parsed, |(table, filter), inner| async move {
-            let rows: Vec<Value> = filter.evaluate(&inner, &table).await?.into_values().map(Value::Object).collect();
-            Ok(to_js(&Value::Array(rows)))
+            Ok(filter.rows(&inner, &table).await?.into())
         })
     }
 

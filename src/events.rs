@@ -123,8 +123,12 @@ fn name_of(event: &Event) -> &'static str {
 /// An event's payload, camelCase.
 fn describe(event: &Event) -> Value {
     match event {
-        Event::Change { keys, origin: o } => {
-            json!({ "origin": origin(o), "keys": keys.iter().map(|k| json!({"table": k.table, "pk": k.pk})).collect::<Vec<_>>() })
+        Event::Change { keys, origin: o, tables } => {
+            let mut payload = json!({ "origin": origin(o), "keys": keys.iter().map(|k| json!({"table": k.table, "pk": k.pk})).collect::<Vec<_>>() });
+            if !tables.is_empty() {
+                payload["tables"] = json!(tables);
+            }
+            payload
         }
         Event::Applied { id, key, seq, bucket } => json!({ "id": id, "table": key.table, "pk": key.pk, "seq": seq, "bucket": bucket }),
         Event::Rejected { mutation, reason, message, server_row } => {

@@ -184,9 +184,32 @@ impl Store {
         Ok(js)
     }
 
-    /// Every stored row the declared index answers `token` with.
-    pub async fn rows_equal(&self, token: &str) -> Result<Vec<RowRecord>, ClientError> {
-        self.rows_where("eq", token).await
+    /// The stored records whose `index` field ("table", "bucket" or "eq") equals `value`, as the
+    /// browser read them: for a read that hands rows straight back to the app, no row is copied
+    /// into wasm memory (which never shrinks), so a query over a million rows costs the JS heap
+    /// what the app keeps, and nothing after.
+    /// `each` sees every record, one at a time.
+    pub async fn records_where(&self, index: &str, value: &str, mut each: impl FnMut(&JsValue)) -> Result<(), ClientError> {
+        let tx = self.transaction(TransactionMode::Readonly)?;
+        let rows = store(&tx, ROWS)?;
+        let index = rows.index(index).map_err(failed)?;
+        let found = index.get_all::<JsValue>().with_query(JsValue::from_str(value)).primitive().map_err(failed)?.await;
+        for record in found.map_err(failed)? {
+            each(&record.map_err(failed)?);
+        }
+        Ok(())
+    }
+
+    /// The stored records of `keys` that exist, as the browser read them.
+    pub async fn records(&self, keys: &[RowKey]) -> Result<Vec<JsValue>, ClientError> {
+        let tx = self.transaction(TransactionMode::Readonly)?;
+        let rows = store(&tx, ROWS)?;
+        let requests = request_rows(&rows, keys)?;
+        let mut found = Vec::new();
+        for request in requests {
+            found.extend(present(request.await.map_err(failed)?));
+        }
+        Ok(found)
     }
 
     /// The declared equality indexes.
@@ -237,20 +260,6 @@ impl Store {
     pub async fn rows(&self, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
         let tx = self.transaction(TransactionMode::Readonly)?;
         read_rows(&store(&tx, ROWS)?, keys).await
-    }
-
-    /// Every stored row record whose `index` field ("table" or "bucket") equals `value`.
-    pub async fn rows_where(&self, index: &str, value: &str) -> Result<Vec<RowRecord>, ClientError> {
-        let tx = self.transaction(TransactionMode::Readonly)?;
-        let rows = store(&tx, ROWS)?;
-        let index = rows.index(index).map_err(failed)?;
-        let found = index.get_all::<JsValue>().with_query(JsValue::from_str(value)).primitive().map_err(failed)?.await;
-        // Decoded as one array: one JSON.stringify and one parse, not one of each per row.
-        let all = Array::new();
-        for record in found.map_err(failed)? {
-            all.push(&record.map_err(failed)?);
-        }
-        from_js(all.into())
     }
 }
 

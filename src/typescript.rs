@@ -208,7 +208,11 @@ export type RejectReason = "DELETE_WINS" | "RLS_DENIED" | "VALIDATION_FAILED" | 
 
 /** The payload of each event. */
 export interface KizunaEvents {
-  change: { origin: "local" | "remote" | "compensation"; keys: { table: string; pk: string }[] };
+  /**
+   * Rows changed. A pull that changes more than 10,000 rows lists 10,000 of them in `keys` and names
+   * in `tables` the tables in which more changed: re-read those whole.
+   */
+  change: { origin: "local" | "remote" | "compensation"; keys: { table: string; pk: string }[]; tables?: string[] };
   /** `seq` is the server's commit number (null for a write the server had already pruned from its ledger), `bucket` the bucket it placed the row in. */
   applied: { id: string; table: string; pk: string; seq: number | null; bucket: string | null };
   rejected: { reason: RejectReason; message: string | null; mutation: PendingWrite; serverRow: Row | null };

@@ -70,21 +70,127 @@ impl Filter {
         Some(row.clone())
     }
 
-    /// The whole result for `table`, by primary key, through the bucket's or the table's index.
-    pub async fn evaluate(&self, inner: &Inner, table: &str) -> Result<BTreeMap<String, Row>, ClientError> {
+    /// The whole result for `table`, by primary key, as JS rows straight from IndexedDB (see
+    /// `Store::records_where`), through a declared equality index, the bucket's or the table's.
+    /// Conditions are compared in JS: a string, number, boolean or null with `===`, anything else
+    /// as JSON.
+    pub async fn select(&self, inner: &Inner, table: &str, mut each: impl FnMut(JsValue, JsValue)) -> Result<(), ClientError> {
         let indexed = crate::indexes::lookup(inner.store.indexes(), table, &self.conditions);
-        let mut records = match (&self.bucket, indexed) {
-            (Some(b), _) => inner.store.rows_where("bucket", b).await?.into_iter().filter(|r| r.table == table).collect(),
-            (None, Some(token)) => inner.store.rows_equal(&token).await?,
-            (None, None) => inner.store.rows_where("table", table).await?,
-        };
+        let conditions = Conditions::new(&self.conditions);
+        let (table_js, pk_js) = (JsValue::from_str(table), JsValue::from_str("pk"));
+        let bucket_js = self.bucket.as_deref().map(JsValue::from_str);
+        // Rows written here have no bucket until a pull places them: they count for every bucket
+        // (read your writes), in primary-key order among the others.
+        let mut unplaced: Vec<(String, JsValue, JsValue)> = Vec::new();
         if self.bucket.is_some() {
-            // Rows written here have no bucket until a pull places them.
             let keys: Vec<RowKey> = inner.engine.borrow().tracked_keys().into_iter().filter(|k| k.table == table).collect();
-            records.extend(inner.store.rows(&keys).await?.into_values().filter(|r| r.bucket.is_none()));
+            for record in inner.store.records(&keys).await? {
+                let bucket = field(&record, "bucket");
+                if bucket.is_null() || bucket.is_undefined() {
+                    if let Some(row) = conditions.admit(&record) {
+                        let pk = field(&record, "pk");
+                        unplaced.push((pk.as_string().unwrap_or_default(), pk, row));
+                    }
+                }
+            }
+            unplaced.sort_by(|a, b| b.0.cmp(&a.0)); // popped from the end, smallest first
         }
-        Ok(records.into_iter().filter_map(|r| self.admit(&r, || true).map(|row| (r.pk, row))).collect())
+        let mut visit = |record: &JsValue| {
+            if bucket_js.is_some() && field(record, "table") != table_js {
+                return;
+            }
+            let Some(row) = conditions.admit(record) else { return };
+            let pk = Reflect::get(record, &pk_js).unwrap_or(JsValue::UNDEFINED);
+            if !unplaced.is_empty() {
+                let here = pk.as_string().unwrap_or_default();
+                while unplaced.last().is_some_and(|(p, _, _)| *p < here) {
+                    let (_, pk, row) = unplaced.pop().expect("checked");
+                    each(pk, row);
+                }
+            }
+            each(pk, row);
+        };
+        match (&bucket_js, indexed) {
+            (Some(b), _) => inner.store.records_where("bucket", &b.as_string().unwrap_or_default(), &mut visit).await?,
+            (None, Some(token)) => inner.store.records_where("eq", &token, &mut visit).await?,
+            (None, None) => inner.store.records_where("table", table, &mut visit).await?,
+        }
+        while let Some((_, pk, row)) = unplaced.pop() {
+            each(pk, row);
+        }
+        Ok(())
     }
+
+    /// The result for the app: an array of its rows, in primary-key order.
+    pub async fn rows(&self, inner: &Inner, table: &str) -> Result<js_sys::Array, ClientError> {
+        let rows = js_sys::Array::new();
+        self.select(inner, table, |_, row| {
+            rows.push(&row);
+        })
+        .await?;
+        Ok(rows)
+    }
+
+    /// The whole result for `table`, by primary key (a watch keeps it to tell what changed).
+    pub async fn evaluate(&self, inner: &Inner, table: &str) -> Result<BTreeMap<String, Row>, ClientError> {
+        let mut result = BTreeMap::new();
+        let mut failure = None;
+        self.select(inner, table, |pk, row| match crate::js::decode::<Row>(&row) {
+            Ok(row) => {
+                result.insert(pk.as_string().unwrap_or_default(), row);
+            }
+            Err(e) => failure = Some(ClientError::new("STORAGE_CORRUPT", e)),
+        })
+        .await?;
+        failure.map_or(Ok(result), Err)
+    }
+}
+
+fn field(record: &JsValue, name: &str) -> JsValue {
+    Reflect::get(record, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// A filter's `where`, ready to test JS rows.
+struct Conditions {
+    /// Column, and the value: a scalar as a JS value (`===`), anything else as its JSON text.
+    tests: Vec<(JsValue, Result<JsValue, String>)>,
+}
+
+impl Conditions {
+    fn new(conditions: &Row) -> Conditions {
+        let tests = conditions
+            .iter()
+            .map(|(column, value)| {
+                let test = match value {
+                    Value::Object(_) | Value::Array(_) => Err(value.to_string()),
+                    scalar => Ok(crate::js::encode(scalar).unwrap_or(JsValue::NULL)),
+                };
+                (JsValue::from_str(column), test)
+            })
+            .collect();
+        Conditions { tests }
+    }
+
+    /// The row the app sees in a stored `record` (its `visible`, or its `base` when the record
+    /// leaves `visible` out), when it meets every condition.
+    fn admit(&self, record: &JsValue) -> Option<JsValue> {
+        let has_visible = Reflect::has(record, &JsValue::from_str("visible")).unwrap_or(false);
+        let row = field(record, if has_visible { "visible" } else { "base" });
+        if row.is_null() || row.is_undefined() {
+            return None;
+        }
+        let meets = self.tests.iter().all(|(column, test)| {
+            let got = Reflect::get(&row, column).unwrap_or(JsValue::UNDEFINED);
+            match test {
+                Ok(scalar) => !got.is_undefined() && got == *scalar,
+                Err(json) => crate::js::decode::<Value>(&got).is_ok_and(|v| v.to_string() == *json),
+            }
+        });
+        meets.then_some(row)
+    }
+}
+
+impl Filter {
 }
 
 struct Watch {
@@ -112,18 +218,24 @@ impl Watches {
 /// What a batch of committed events asks of the watches.
 enum Touched {
     Nothing,
-    Keys(BTreeMap<String, BTreeSet<String>>),
+    /// The keys of each table that changed; `None` for a table to re-read whole.
+    Keys(BTreeMap<String, Option<BTreeSet<String>>>),
     Everything,
 }
 
 fn touched(events: &[Event]) -> Touched {
-    let mut keys: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut keys: BTreeMap<String, Option<BTreeSet<String>>> = BTreeMap::new();
     for event in events {
         match event {
             Event::Rehydrated { .. } => return Touched::Everything,
-            Event::Change { keys: changed, .. } => {
+            Event::Change { keys: changed, tables, .. } => {
                 for k in changed {
-                    keys.entry(k.table.clone()).or_default().insert(k.pk.clone());
+                    if let Some(pks) = keys.entry(k.table.clone()).or_insert_with(|| Some(BTreeSet::new())) {
+                        pks.insert(k.pk.clone());
+                    }
+                }
+                for table in tables {
+                    keys.insert(table.clone(), None);
                 }
             }
             _ => {}
@@ -178,7 +290,7 @@ pub fn changed(inner: &Rc<Inner>, events: &[Event]) {
                 Touched::Everything => refresh(&inner, &watch, None, false).await,
                 Touched::Keys(by_table) => {
                     if let Some(pks) = by_table.get(&watch.table) {
-                        refresh(&inner, &watch, Some(pks), false).await;
+                        refresh(&inner, &watch, pks.as_ref(), false).await;
                     }
                 }
                 Touched::Nothing => {}

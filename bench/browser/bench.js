@@ -136,6 +136,19 @@ window.bench = {
     };
   },
 
+  // A first sync alone in its page: what wasm memory it leaves (wasm memory never shrinks, so
+  // this is also the most it used).
+  async syncMemory(sub, limit) {
+    const client = await open(`kz-mem-${crypto.randomUUID()}`, sub, { pullLimit: limit });
+    const t = now();
+    await client.pull();
+    const ms = now() - t;
+    const synced = wasm.memory.buffer.byteLength;
+    const rows = (await client.list("todos")).length;
+    client.close();
+    return { rows, ms, wasm_memory_bytes: synced, after_listing_bytes: wasm.memory.buffer.byteLength };
+  },
+
   async openPending(n) {
     const name = `kz-pending-${crypto.randomUUID()}`, sub = crypto.randomUUID();
     let client = await open(name, sub);

@@ -7,6 +7,7 @@ import { chromium } from "../../tools/node_modules/playwright-core/index.mjs";
 
 const url = process.env.KIZUNA_BENCH_URL;
 const BULK_USER = "00000000-0000-4000-8000-000000000100";
+const MILLION_USER = "00000000-0000-4000-8000-000000000101";
 if (!url) throw new Error("KIZUNA_BENCH_URL must be set (scripts/bench.sh starts the gateway)");
 const browser = await chromium.launch({
   executablePath: "/usr/bin/chromium",
@@ -29,6 +30,14 @@ try {
   if (runs("batch")) results.batch = await a.evaluate(() => window.bench.batch(1000));
   if (runs("initial_sync")) Object.assign(results, await a.evaluate(([s]) => window.bench.initialSync(s, 1000), [BULK_USER]));
   if (runs("open_pending")) Object.assign(results, await a.evaluate(() => window.bench.openPending(10000)));
+  if (runs("sync_memory")) {
+    // Each in a page of its own, so each memory figure is its sync's alone.
+    for (const [key, user] of [["sync_100k", BULK_USER], ["sync_1m", MILLION_USER]]) {
+      const p = await page(await browser.newContext());
+      results[key] = await p.evaluate(([s]) => window.bench.syncMemory(s, 1000), [user]);
+      await p.context().close();
+    }
+  }
 
   if (runs("wake_latency")) {
     const sub = crypto.randomUUID();
@@ -49,7 +58,7 @@ try {
 
 const targets = {
   "local_write.ratio": ["≤", 1.2], "batch.ratio": ["≤", 1.2], "initial_sync.ratio": ["≤", 1.1], "initial_sync.fetch_ratio": ["≤", 1.5],
-  "query.ratio": ["≤", 1.0], "query_few.ms": ["≤", 10], "open_pending.ms": ["≤", 500], "wake_latency.p50_ms": ["≤", 30], "bundle.wasm_gzip_bytes": ["≤", 120000],
+  "sync_1m.wasm_memory_bytes": ["≤", 16 * 1024 * 1024], "query.ratio": ["≤", 1.0], "query_few.ms": ["≤", 10], "open_pending.ms": ["≤", 500], "wake_latency.p50_ms": ["≤", 30], "bundle.wasm_gzip_bytes": ["≤", 120000],
 };
 const get = (key) => key.split(".").reduce((o, k) => o?.[k], results);
 const fmt = (v) => typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(2)) : String(v);

@@ -36,16 +36,30 @@ pub struct CommitPlan {
     tracked: BTreeSet<RowKey>,
     /// New records of tracked keys, as materialized.
     tracked_records: BTreeMap<RowKey, RowRecord>,
-    /// Every key the run delivered.
+    /// The keys the run delivered, up to `LISTED_CHANGES`; past it, the tables of the others.
     changed: BTreeSet<RowKey>,
-    /// The sequence number of the entries being materialized, and the keys delivered live at it.
-    /// A row that moves between two requested buckets comes as a live entry in the new bucket
-    /// and a tombstone in the old one, at the same seq, in bucket-name order: the tombstone only
-    /// says the row left the old bucket, so after the live entry it must not delete the row.
-    live_at: (i64, BTreeSet<RowKey>),
+    changed_tables: BTreeSet<String>,
+    /// The last key delivered live, with its sequence number. A row that moves between two
+    /// requested buckets comes as a live entry in the new bucket and a tombstone in the old one, at
+    /// the same seq, next to each other in the stream's (seq, table, pk, bucket) order: the
+    /// tombstone only says the row left the old bucket, so after the live entry it must not delete
+    /// the row. Remembering one key keeps a run's memory bounded, whatever one commit held.
+    last_live: Option<(i64, RowKey)>,
 }
 
+/// A run's `change` event names at most this many keys; past it, it names their tables (`tables`),
+/// so the event and the run's memory do not grow with a large sync.
+pub const LISTED_CHANGES: usize = 10_000;
+
 impl CommitPlan {
+    fn note_changed(&mut self, key: RowKey) {
+        if self.changed.len() < LISTED_CHANGES || self.changed.contains(&key) {
+            self.changed.insert(key);
+        } else if !self.changed_tables.contains(&key.table) {
+            self.changed_tables.insert(key.table);
+        }
+    }
+
     pub(crate) fn new(engine: &Engine, run: PullRun, final_page: PullPage) -> CommitPlan {
         let mut pending: BTreeMap<RowKey, Vec<OutboxEntry>> = BTreeMap::new();
         for entry in engine.outbox.values() {
@@ -60,7 +74,8 @@ impl CommitPlan {
             tracked,
             tracked_records: BTreeMap::new(),
             changed: BTreeSet::new(),
-            live_at: (i64::MIN, BTreeSet::new()),
+            changed_tables: BTreeSet::new(),
+            last_live: None,
         }
     }
 
@@ -97,14 +112,12 @@ impl CommitPlan {
     /// bucket).
     pub fn materialize(&mut self, entry: &Entry) -> Option<StoreOp> {
         let key = RowKey::new(entry.table.clone(), entry.pk.clone());
-        if self.live_at.0 != entry.seq {
-            self.live_at = (entry.seq, BTreeSet::new());
-        }
-        if entry.deleted && self.live_at.1.contains(&key) {
+        let moved_here = self.last_live.as_ref().is_some_and(|(seq, live)| *seq == entry.seq && *live == key);
+        if entry.deleted && moved_here {
             return None;
         }
         if !entry.deleted {
-            self.live_at.1.insert(key.clone());
+            self.last_live = Some((entry.seq, key.clone()));
         }
         let base = if entry.deleted { None } else { entry.row.clone() };
         let visible = replay(base.as_ref(), self.pending.get(&key).into_iter().flatten());
@@ -112,7 +125,7 @@ impl CommitPlan {
         if self.tracked.contains(&key) {
             self.tracked_records.insert(key.clone(), record.clone());
         }
-        self.changed.insert(key);
+        self.note_changed(key);
         Some(row_op(record))
     }
 
@@ -137,7 +150,7 @@ impl CommitPlan {
                 record.base = None;
                 record.visible = replay(None, self.pending.get(&key).into_iter().flatten());
                 self.tracked_records.insert(key.clone(), record.clone());
-                self.changed.insert(key);
+                self.note_changed(key);
                 tx.ops.push(row_op(record));
             }
         }
@@ -168,8 +181,12 @@ impl CommitPlan {
         if self.run.entries > 0 || self.run.pages > 1 {
             tx.events.push(Event::PullProgress { pages: self.run.pages, entries: self.run.entries, total: Some(self.run.entries) });
         }
-        if !self.changed.is_empty() {
-            tx.events.push(Event::Change { keys: self.changed.into_iter().collect(), origin: ChangeOrigin::Remote });
+        if !self.changed.is_empty() || !self.changed_tables.is_empty() {
+            tx.events.push(Event::Change {
+                keys: self.changed.into_iter().collect(),
+                origin: ChangeOrigin::Remote,
+                tables: self.changed_tables.into_iter().collect(),
+            });
         }
         if !self.run.conflicts.is_empty() {
             tx.events.push(Event::Conflicts(self.run.conflicts));

@@ -98,6 +98,6 @@ impl Engine {
             let record = self.mirrored(key);
             tx.ops.push(self.settle_row(record));
         }
-        tx.events.push(Event::Change { keys: keys.into_iter().collect(), origin });
+        tx.events.push(Event::Change { keys: keys.into_iter().collect(), origin, tables: Vec::new() });
     }
 }

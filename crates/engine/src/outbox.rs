@@ -76,7 +76,7 @@ impl Engine {
             tx.ops.push(row_op(record));
         }
         tx.ops.push(self.put_meta());
-        tx.events.push(Event::Change { keys, origin: ChangeOrigin::Local });
+        tx.events.push(Event::Change { keys, origin: ChangeOrigin::Local, tables: Vec::new() });
         Ok(tx)
     }
 

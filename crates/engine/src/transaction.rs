@@ -73,6 +73,10 @@ pub enum Event {
         keys: Vec<RowKey>,
         /// Why.
         origin: ChangeOrigin,
+        /// Tables in which more rows changed than `keys` lists (a large pull names at most
+        /// `LISTED_CHANGES` keys): re-read them whole.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tables: Vec<String>,
     },
     /// The server applied (or acknowledged as `SKIPPED`, then `seq` is `None`) a write.
     Applied {

@@ -137,12 +137,12 @@ impl Engine {
             }
         }
         if !remote_changes.is_empty() {
-            tx.events.push(Event::Change { keys: remote_changes, origin: ChangeOrigin::Remote });
+            tx.events.push(Event::Change { keys: remote_changes, origin: ChangeOrigin::Remote, tables: Vec::new() });
         }
         if !compensated.is_empty() {
             compensated.sort();
             compensated.dedup();
-            tx.events.push(Event::Change { keys: compensated, origin: ChangeOrigin::Compensation });
+            tx.events.push(Event::Change { keys: compensated, origin: ChangeOrigin::Compensation, tables: Vec::new() });
         }
         if unanswered > 0 {
             let message = format!("{unanswered} mutation(s) came back without a usable verdict");

@@ -52,7 +52,7 @@ fn pages_are_staged_then_committed_at_the_closing_boundary() {
     let events = h.events();
     let progress: Vec<_> = events.iter().filter_map(|e| if let Event::PullProgress { pages, entries, total } = e { Some((*pages, *entries, *total)) } else { None }).collect();
     assert_eq!(progress, vec![(1, 10, Some(25)), (2, 20, Some(25)), (3, 25, Some(25))], "a total from the first page; 100% at the close");
-    assert!(events.iter().any(|e| matches!(e, Event::Change { keys, origin: ChangeOrigin::Remote } if keys.len() == 25)));
+    assert!(events.iter().any(|e| matches!(e, Event::Change { keys, origin: ChangeOrigin::Remote, .. } if keys.len() == 25)));
     assert!(matches!(events.last(), Some(Event::Checkpoint { horizon: 25, .. })));
 }
 
@@ -389,4 +389,19 @@ fn a_one_page_run_reports_its_total() {
     seed_server(&mut h, 5);
     assert!(h.pull_step());
     assert_eq!(progress_of(&h.events()), vec![(1, 5, Some(5))]);
+}
+
+/// A large run names at most `LISTED_CHANGES` keys in its change event, and the tables of the
+/// rest: the event, and what the run holds to build it, do not grow with the rows.
+#[test]
+fn a_large_run_names_its_changed_tables_past_the_listed_keys() {
+    let mut h = Harness::new(Config { pull_limit: 5_000, ..Config::default() });
+    seed_server(&mut h, kizuna_engine::LISTED_CHANGES + 5);
+    while h.pull_step() {}
+    let change = h.events().into_iter().find_map(|e| match e {
+        Event::Change { keys, tables, .. } => Some((keys.len(), tables)),
+        _ => None,
+    });
+    assert_eq!(change, Some((kizuna_engine::LISTED_CHANGES, vec!["todos".to_string()])));
+    assert_eq!(h.store.rows.len(), kizuna_engine::LISTED_CHANGES + 5, "every row is stored all the same");
 }
