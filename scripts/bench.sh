@@ -30,6 +30,11 @@ for limit in 1000 5000; do
 done
 psql "$db" -qf bench/push.sql 2>&1 | sed -n 's/.*NOTICE: */  /p'
 psql "$db" -qf bench/stranger.sql 2>&1 | sed -n 's/.*NOTICE: */  /p'
+# push.sql_ratio: the client's slices as kizuna_push calls against plain INSERTs of the same rows;
+# the browser report below picks the figures up from target/bench/push-sql.json.
+mkdir -p target/bench
+psql "$db" -v ON_ERROR_STOP=1 -qf bench/push_slices.sql 2>&1 | sed -n 's/.*NOTICE: *push\.sql //p' > target/bench/push-sql.json
+echo "  push of 10,000 writes in the client's slices, as SQL: $(cat target/bench/push-sql.json)"
 
 echo "== the browser client beside its limits (release build, headless Chromium): target/bench/results.md"
 scripts/package.sh --release >/dev/null
