@@ -1,4 +1,4 @@
--- Kizuna SQL pack, file 2 of 8: small helpers shared by push and pull.
+-- Kizuna SQL pack, file 2 of 9: small helpers shared by push and pull.
 --
 -- Everything that touches a user table here runs as the caller (SECURITY INVOKER), so the table's
 -- own Row Level Security decides. Table and column names only ever come from the catalog and are
@@ -122,5 +122,28 @@ begin
                  rel, c.relname, permissive, coalesce(restrictive, 'true'))
     into ok using image;
   return coalesce(ok, false);
+end
+$$;
+
+-- The functions a stored expression (a policy, a check, a default, a constraint) calls, directly
+-- or as an operator's function, as PostgreSQL recorded them (built-in ones are not recorded).
+create or replace function kizuna.called_functions(cls regclass, obj oid) returns setof oid
+language plpgsql stable as $$
+begin
+  return query
+    select d.refobjid from pg_depend d
+     where d.classid = cls and d.objid = obj and d.refclassid = 'pg_proc'::regclass
+    union
+    select o.oprcode::oid from pg_depend d join pg_operator o on o.oid = d.refobjid
+     where d.classid = cls and d.objid = obj and d.refclassid = 'pg_operator'::regclass;
+end
+$$;
+
+-- A function whose result depends on its arguments and the request's claims only, never on rows:
+-- immutable ones, and auth.uid(), auth.jwt(), auth.role() (they read request.jwt.claims).
+create or replace function kizuna.is_pure_function(f oid) returns boolean language plpgsql stable as $$
+begin
+  return coalesce((select p.provolatile = 'i' from pg_proc p where p.oid = f), false)
+      or f in (to_regprocedure('auth.uid()'), to_regprocedure('auth.jwt()'), to_regprocedure('auth.role()'));
 end
 $$;

@@ -1,4 +1,4 @@
--- Kizuna SQL pack, file 5 of 8: push.
+-- Kizuna SQL pack, file 5 of 9: push.
 --
 -- public.kizuna_push(request jsonb) runs as the caller (SECURITY INVOKER): every read and write of a
 -- user table goes through the caller's privileges and Row Level Security. The pack's own tables
@@ -208,6 +208,25 @@ begin
 end
 $$;
 
+-- The recorded verdicts of a request's ids, in the order given (null: none). An id recorded for
+-- another client is KZP01, the first one in the order given.
+create or replace function kizuna.recorded_verdicts(client uuid, ids uuid[]) returns jsonb[]
+language plpgsql security definer set search_path = pg_catalog as $$
+declare
+  foreign_id uuid;
+  found jsonb[];
+begin
+  perform kizuna.check_own_client(client);
+  select array_agg(l.verdict order by u.o), (array_agg(u.id order by u.o) filter (where l.client_id <> client))[1]
+    into found, foreign_id
+    from unnest(ids) with ordinality u(id, o) left join kizuna.ledger l on l.id = u.id;
+  if foreign_id is not null then
+    perform kizuna.fail('KZP01', format('mutation id %s belongs to another client', foreign_id));
+  end if;
+  return found;
+end
+$$;
+
 -- The state of a key for push, without revealing anything: 'live' (it has a live entry), 'deleted'
 -- (tombstones only) or 'unknown'; and, for 'deleted', the row images of the tombstones this client
 -- was served a live copy of. The DELETE_WINS rule: the client has a complete view of bucket B from
@@ -254,18 +273,35 @@ returns void language sql security definer set search_path = pg_catalog as $$
    where kizuna.caller() in (loser_by, winner_by)
 $$;
 
--- Numbers the push (when it applied anything), records its verdicts, advances the client's
--- last_mutation_id and the durable totals. Returns the PushResponse.
+-- Numbers the push (when it applied anything), records its verdicts in the ledger, advances the
+-- client's last_mutation_id and the durable totals. Returns the PushResponse. The ledger rows are
+-- written here, once, with their verdicts: the client's row, locked for the whole push, keeps
+-- every other push of this client out, so an id can only have been recorded meanwhile by another
+-- client's push (the insert waits for it), which is KZP01 as it would have been at the start.
 create or replace function kizuna.finish_push(client uuid, verdicts jsonb) returns jsonb
 language plpgsql security definer set search_path = pg_catalog as $$
 declare
   s bigint;
   out_verdicts jsonb;
   lmid bigint;
+  fresh integer;
+  applied integer;
+  replayed integer;
+  skipped integer;
+  delayed integer;
+  rejected jsonb;
+  recorded integer;
+  taken text;
 begin
   perform kizuna.check_own_client(client);
-  if exists (select 1 from jsonb_array_elements(verdicts) v
-              where v ->> 'status' = 'APPLIED' and (v ->> '_fresh')::boolean) then
+  select count(*) filter (where f),
+         count(*) filter (where f and v ->> 'status' = 'APPLIED'),
+         count(*) filter (where (v ->> 'replayed')::boolean),
+         count(*) filter (where v ->> 'status' = 'SKIPPED'),
+         count(*) filter (where v ->> 'status' = 'DELAYED')
+    into fresh, applied, replayed, skipped, delayed
+    from jsonb_array_elements(verdicts) v cross join lateral (select coalesce((v ->> '_fresh')::boolean, false) as f) x;
+  if applied > 0 then
     s := kizuna.fence_now();
   else
     perform pg_advisory_xact_lock(kizuna.fence_lock_key());  -- the totals row is written under it
@@ -276,32 +312,45 @@ begin
     into out_verdicts
     from jsonb_array_elements(verdicts) with ordinality as a(v, o);
 
-  update kizuna.ledger l set verdict = v - '_fresh' - '_seq' - 'replayed'
-    from jsonb_array_elements(out_verdicts) v
-   where l.id = (v ->> 'id')::uuid and (v ->> '_fresh')::boolean and l.verdict is null;
+  if fresh > 0 then
+    with written as (
+      insert into kizuna.ledger (id, client_id, client_seq, verdict)
+      select (v ->> 'id')::uuid, client, (v ->> '_seq')::bigint, v - '_fresh' - '_seq' - 'replayed'
+        from jsonb_array_elements(out_verdicts) with ordinality as a(v, o)
+       where (v ->> '_fresh')::boolean order by o
+      on conflict (id) do nothing returning id
+    )
+    select count(*) into recorded from written;
+    if recorded < fresh then
+      select v ->> 'id' into taken from jsonb_array_elements(out_verdicts) with ordinality as a(v, o)
+       where (v ->> '_fresh')::boolean
+         and exists (select 1 from kizuna.ledger l where l.id = (v ->> 'id')::uuid and l.client_id <> client)
+       order by o limit 1;
+      perform kizuna.fail('KZP01', format('mutation id %s belongs to another client', taken));
+    end if;
+    select coalesce(jsonb_object_agg(r, c), '{}') into rejected
+      from (select v ->> 'reason' as r, count(*) as c from jsonb_array_elements(verdicts) v
+             where v ->> 'status' = 'REJECTED' and (v ->> '_fresh')::boolean group by 1) g;
+  end if;
 
   update kizuna.clients c
      set last_mutation_id = greatest(c.last_mutation_id,
-           coalesce((select max((v ->> '_seq')::bigint) from jsonb_array_elements(out_verdicts) v
+           coalesce((select max((v ->> '_seq')::bigint) from jsonb_array_elements(verdicts) v
                       where (v ->> '_fresh')::boolean), 0))
    where c.client_id = client
   returning c.last_mutation_id into lmid;
 
   update kizuna.state st set
-    applied_total = applied_total + (select count(*) from jsonb_array_elements(out_verdicts) v
-                                      where v ->> 'status' = 'APPLIED' and (v ->> '_fresh')::boolean),
-    replayed_total = replayed_total + (select count(*) from jsonb_array_elements(out_verdicts) v
-                                        where (v ->> 'replayed')::boolean),
-    skipped_total = skipped_total + (select count(*) from jsonb_array_elements(out_verdicts) v
-                                      where v ->> 'status' = 'SKIPPED'),
-    delayed_total = delayed_total + (select count(*) from jsonb_array_elements(out_verdicts) v
-                                      where v ->> 'status' = 'DELAYED'),
-    rejected_total = (select coalesce(jsonb_object_agg(r, n), '{}') from (
-        select r, sum(n)::bigint as n from (
-          select key as r, value::bigint as n from jsonb_each_text(st.rejected_total)
-          union all
-          select v ->> 'reason', 1 from jsonb_array_elements(out_verdicts) v
-           where v ->> 'status' = 'REJECTED' and (v ->> '_fresh')::boolean) u group by r) g);
+    applied_total = applied_total + applied,
+    replayed_total = replayed_total + replayed,
+    skipped_total = skipped_total + skipped,
+    delayed_total = delayed_total + delayed,
+    rejected_total = case when coalesce(rejected, '{}') = '{}' then rejected_total else
+      (select jsonb_object_agg(r, n) from (
+         select r, sum(n)::bigint as n from (
+           select key as r, value::bigint as n from jsonb_each_text(st.rejected_total)
+           union all
+           select key, value::bigint from jsonb_each_text(rejected)) u group by r) g) end;
 
   return jsonb_build_object(
     'verdicts', (select coalesce(jsonb_agg(v - '_fresh' - '_seq' order by o), '[]')
@@ -590,30 +639,56 @@ begin
 end
 $$;
 
--- Before applying: replay, SKIPPED or DELAYED; null when the mutation must be applied.
-create or replace function kizuna.precheck(m jsonb, c kizuna.clients) returns jsonb language plpgsql as $$
-declare
-  recorded jsonb := kizuna.ledger_lookup((m ->> 'id')::uuid, c.client_id);
-begin
-  if recorded is not null then
-    return recorded || '{"replayed": true}';
-  elsif (m ->> 'client_seq')::bigint <= c.pruned_seq then
-    return jsonb_build_object('id', m -> 'id', 'status', 'SKIPPED', 'replayed', false);
-  elsif (m ->> 'apply_after')::timestamptz > now() then
-    return jsonb_build_object('id', m -> 'id', 'status', 'DELAYED', 'replayed', false);
-  end if;
-  return null;
-end
-$$;
+drop function if exists kizuna.precheck(jsonb, kizuna.clients);
+drop function if exists kizuna.claim(jsonb, kizuna.clients);
 
--- Claims the id; when a concurrent duplicate recorded it first, its verdict as a replay.
-create or replace function kizuna.claim(m jsonb, c kizuna.clients) returns jsonb language plpgsql as $$
+-- Before anything applies: each mutation's verdict when it has one already (replay, SKIPPED,
+-- DELAYED); null: to be applied. Nothing a mutation applies changes these answers (ids never
+-- repeat within a request, and the client's row is locked), so deciding them first is deciding
+-- them in order. The order is the order mutations are reached in: an atomic batch at its first
+-- member (it names the first id recorded for another client, KZP01).
+create or replace function kizuna.prechecks(muts jsonb, c kizuna.clients) returns jsonb[]
+language plpgsql as $$
+declare
+  n integer := jsonb_array_length(muts);
+  verdicts jsonb[] := array_fill(null::jsonb, array[greatest(n, 1)]);
+  reached integer[];
+  recorded jsonb[];
+  b record;
+  i integer;
+  k integer;
+  m jsonb;
 begin
-  if kizuna.ledger_claim((m ->> 'id')::uuid, c.client_id, (m ->> 'client_seq')::bigint) then
-    return null;
-  end if;
-  return coalesce(kizuna.ledger_lookup((m ->> 'id')::uuid, c.client_id),
-                  jsonb_build_object('id', m -> 'id', 'status', 'SKIPPED')) || '{"replayed": true}';
+  select coalesce(array_agg(o order by first_o, o), '{}') into reached
+    from (select o::integer, min(o) over (partition by coalesce(e ->> 'batch', o::text)) as first_o
+            from jsonb_array_elements(muts) with ordinality a(e, o)) r;
+  recorded := kizuna.recorded_verdicts(c.client_id,
+                array(select (muts -> (p - 1) ->> 'id')::uuid from unnest(reached) with ordinality u(p, o) order by o));
+  for k in 1 .. n loop
+    i := reached[k];
+    m := muts -> (i - 1);
+    if recorded[k] is not null then
+      verdicts[i] := recorded[k] || '{"replayed": true}';
+    elsif (m ->> 'client_seq')::bigint <= c.pruned_seq then
+      verdicts[i] := jsonb_build_object('id', m -> 'id', 'status', 'SKIPPED', 'replayed', false);
+    elsif (m ->> 'apply_after')::timestamptz > now() then
+      verdicts[i] := jsonb_build_object('id', m -> 'id', 'status', 'DELAYED', 'replayed', false);
+    end if;
+  end loop;
+
+  -- One member of an atomic batch that may not apply yet: the batch waits as a whole, nothing stored.
+  for b in select array_agg(o::integer order by o) as members from jsonb_array_elements(muts) with ordinality a(e, o)
+            where e ->> 'batch' is not null group by e ->> 'batch' loop
+    if exists (select 1 from unnest(b.members) u(x) where verdicts[u.x] ->> 'status' = 'DELAYED' and verdicts[u.x] ->> 'replayed' = 'false') then
+      foreach i in array b.members loop
+        if verdicts[i] is null or verdicts[i] ->> 'status' = 'DELAYED' then
+          verdicts[i] := jsonb_build_object('id', muts -> (i - 1) -> 'id', 'status', 'DELAYED', 'replayed', false);
+        end if;
+      end loop;
+    end if;
+  end loop;
+
+  return verdicts;
 end
 $$;
 
@@ -628,12 +703,17 @@ declare
   c kizuna.clients;
   who text;
   verdicts jsonb[];
+  runs jsonb;
+  run jsonb;
+  run_at integer[];
+  positions integer[];
+  out jsonb;
+  t kizuna.synced_tables;
   i integer;
   k integer;
   v jsonb;
   m jsonb;
   batch_id text;
-  members integer[];
   live integer[];
   failed integer;
   failed_verdict jsonb;
@@ -643,44 +723,40 @@ begin
   c := kizuna.touch_client((request ->> 'client_id')::uuid, true);
   muts := request -> 'mutations';
   n := jsonb_array_length(muts);
-  verdicts := array_fill(null::jsonb, array[greatest(n, 1)]);
+  verdicts := kizuna.prechecks(muts, c);
+  -- Stretches of plain mutations are applied set-based (005_push_runs.sql); the rest one by one.
+  runs := kizuna.plan_runs(muts, verdicts, c.client_id);
+  run_at := array_fill(null::integer, array[greatest(n, 1)]);
+  for k in 0 .. jsonb_array_length(runs) - 1 loop
+    run_at[(runs -> k -> 'positions' ->> 0)::integer] := k;
+  end loop;
 
   for i in 1 .. n loop
-    continue when verdicts[i] is not null;
     m := muts -> (i - 1);
     batch_id := m ->> 'batch';
 
     if batch_id is null then
-      v := coalesce(kizuna.precheck(m, c), kizuna.claim(m, c));
-      if v is null then
-        v := kizuna.with_server_row(kizuna.apply_mutation(m, c.client_id, who), m);
+      continue when verdicts[i] is not null;
+      if run_at[i] is not null then
+        run := runs -> run_at[i];
+        select * into t from kizuna.synced_tables where name = run ->> 'table';
+        positions := array(select jsonb_array_elements_text(run -> 'positions')::integer);
+        out := kizuna.apply_run(t, run ->> 'op', positions,
+                                array(select jsonb_array_elements_text(run -> 'keys')), muts, c.client_id, who);
+        for k in 1 .. cardinality(positions) loop
+          verdicts[positions[k]] := out -> (k - 1);
+        end loop;
+      else
+        verdicts[i] := kizuna.with_server_row(kizuna.apply_mutation(m, c.client_id, who), m);
       end if;
-      verdicts[i] := v;
       continue;
     end if;
 
-    -- An atomic batch: all its members (in order), at the position of the first.
-    members := array(select o::integer from jsonb_array_elements(muts) with ordinality a(e, o)
-                      where e ->> 'batch' = batch_id order by o);
-    live := '{}';
-    foreach k in array members loop
-      verdicts[k] := kizuna.precheck(muts -> (k - 1), c);
-      if verdicts[k] is null or verdicts[k] ->> 'status' = 'DELAYED' then
-        live := live || k;
-      end if;
-    end loop;
-    if exists (select 1 from unnest(live) u(x) where verdicts[u.x] is not null) then
-      -- One member may not apply yet: the batch waits as a whole, nothing stored.
-      foreach k in array live loop
-        verdicts[k] := jsonb_build_object('id', muts -> (k - 1) -> 'id', 'status', 'DELAYED', 'replayed', false);
-      end loop;
-      continue;
-    end if;
-    foreach k in array live loop
-      verdicts[k] := kizuna.claim(muts -> (k - 1), c);
-    end loop;
+    -- An atomic batch: its members still to apply, in order, at the position of the first.
+    live := array(select o::integer from jsonb_array_elements(muts) with ordinality a(e, o)
+                   where e ->> 'batch' = batch_id order by o);
+    continue when live[1] <> i;
     live := array(select u.x from unnest(live) u(x) where verdicts[u.x] is null);
-
     failed := null;
     begin
       foreach k in array live loop
