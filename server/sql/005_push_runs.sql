@@ -30,27 +30,29 @@
 -- aside) and to no row of the table but the one at hand, and call only pure functions.
 create or replace function kizuna.row_rules_pure(rel regclass) returns boolean language plpgsql stable as $$
 begin
-  return (with objects as (
-    select 'pg_policy'::regclass as cls, p.oid from pg_policy p where p.polrelid = rel
-    union all
-    select 'pg_constraint'::regclass, k.oid from pg_constraint k where k.conrelid = rel and k.contype = 'c'
-    union all
-    select 'pg_attrdef'::regclass, d.oid from pg_attrdef d where d.adrelid = rel
-    union all
-    select 'pg_constraint'::regclass, k.oid
-      from pg_attribute a join pg_type ty on ty.oid = a.atttypid and ty.typtype = 'd'
-      join pg_constraint k on k.contypid = ty.oid
-     where a.attrelid = rel and a.attnum > 0 and not a.attisdropped
-  )
-  select not exists (
-           select 1 from objects o join pg_depend d on d.classid = o.cls and d.objid = o.oid
-            where d.refclassid = 'pg_class'::regclass
-              -- a column of the row at hand, or the policy's own table (not a subquery over it)
-              and not (d.refobjid = rel and (d.refobjsubid > 0 or (o.cls = 'pg_policy'::regclass and d.deptype = 'a')))
-              and not exists (select 1 from pg_class s where s.oid = d.refobjid and s.relkind = 'S'))
-     and not exists (
-           select 1 from objects o cross join lateral kizuna.called_functions(o.cls, o.oid) f
-            where not kizuna.is_pure_function(f)));
+  return not exists (
+    with objects as (
+      select 'pg_policy'::regclass as cls, p.oid from pg_policy p where p.polrelid = rel
+      union all
+      select 'pg_constraint'::regclass, k.oid from pg_constraint k where k.conrelid = rel and k.contype = 'c'
+      union all
+      select 'pg_attrdef'::regclass, d.oid from pg_attrdef d where d.adrelid = rel
+      union all
+      select 'pg_constraint'::regclass, k.oid
+        from pg_attribute a join pg_type ty on ty.oid = a.atttypid and ty.typtype = 'd'
+        join pg_constraint k on k.contypid = ty.oid
+       where a.attrelid = rel and a.attnum > 0 and not a.attisdropped
+    )
+    select 1 from objects o join pg_depend d on d.classid = o.cls and d.objid = o.oid
+     where case d.refclassid
+       -- a column of the row at hand, or the policy's own table (not a subquery over it); sequences
+       when 'pg_class'::regclass then
+         not (d.refobjid = rel and (d.refobjsubid > 0 or (o.cls = 'pg_policy'::regclass and d.deptype = 'a')))
+         and not exists (select 1 from pg_class s where s.oid = d.refobjid and s.relkind = 'S')
+       when 'pg_proc'::regclass then not kizuna.is_pure_function(d.refobjid)
+       when 'pg_operator'::regclass then
+         not kizuna.is_pure_function((select op.oprcode from pg_operator op where op.oid = d.refobjid))
+       else false end);
 end
 $$;
 
@@ -61,7 +63,8 @@ begin
     select g.tgtype, g.tgisinternal, g.tgdeferrable, k.contype, k.conrelid, k.confrelid, k.confkey
       from pg_trigger g left join pg_constraint k on k.oid = g.tgconstraint
      where g.tgrelid = t.rel
-       and g.tgfoid is distinct from to_regprocedure(format('kizuna.%I()', 'capture_' || t.rel::oid))::oid
+       and not (g.tgname = 'kizuna_capture' and g.tgfoid = (select p.oid from pg_proc p
+                  where p.pronamespace = 'kizuna'::regnamespace and p.proname = 'capture_' || t.rel::oid and p.pronargs = 0))
   )
   select coalesce(array_agg(o.op order by o.op), '{}')
     from (values ('upsert', 4 | 16), ('patch', 16), ('delete', 8)) o(op, events)
@@ -177,21 +180,21 @@ begin
     writable := kizuna.writable_columns(t.rel);
     -- What the per-mutation path would refuse before writing goes alone (it gives the verdict).
     for r in
-      select u.pos, m.e ->> 'op' as op, u.key,
-             case when m.e ->> 'op' <> 'delete' then
-               (select string_agg(k, ',' order by k)
-                  from jsonb_object_keys(coalesce(m.e -> 'columns', '{}') || jsonb_build_object(t.pk_column, u.key)) k) end as cols
-        from unnest(positions, keys) u(pos, key) cross join lateral (select muts -> (u.pos - 1) as e) m
+      select u.pos, m.e ->> 'op' as op, u.key, k.cols
+        from unnest(positions, keys) u(pos, key)
+        cross join lateral (select muts -> (u.pos - 1) as e, coalesce(muts -> (u.pos - 1) -> 'columns', '{}') as c) m
+        cross join lateral (
+          select string_agg(x, ',') as cols,  -- (jsonb keeps an object's keys in one order)
+                 coalesce(bool_and(writable ? x) filter (where x <> t.pk_column or m.c ? t.pk_column), true) as writable
+            from jsonb_object_keys(m.c || jsonb_build_object(t.pk_column, u.key)) x) k
        where u.key is not null and not u.key = any (deleted)
          and (m.e ->> 'op' = 'delete'
-              or (not exists (select 1 from jsonb_object_keys(coalesce(m.e -> 'columns', '{}')) k where not writable ? k)
-                  and not (coalesce(m.e -> 'columns', '{}') ? t.pk_column
-                           and m.e -> 'columns' ->> t.pk_column is distinct from u.key)))
+              or (k.writable and not (m.c ? t.pk_column and m.c ->> t.pk_column is distinct from u.key)))
     loop
       e_table[r.pos] := t.name;
       e_op[r.pos] := r.op;
       e_key[r.pos] := r.key;
-      e_cols[r.pos] := r.cols;
+      e_cols[r.pos] := case when r.op <> 'delete' then r.cols end;
     end loop;
   end loop;
 
