@@ -239,25 +239,19 @@ create or replace function kizuna.apply_run(t kizuna.synced_tables, op text, pos
 language plpgsql as $$
 declare
   n integer := cardinality(positions);
-  key_type text := kizuna.column_type(t.rel, t.pk_column);
   rows_ jsonb[];
   cols text[];
   assign text[];
-  gate text;
+  written text;
   done_keys text[];
-  done_rows jsonb[];
   done_buckets text[];
-  refused integer;
+  refused bigint;
   verdicts jsonb := '[]';
   m jsonb;
   j integer;
   half integer;
   err_state text;
 begin
-  if t.gate is not null then
-    select format('%I.%I', ns.nspname, p.proname) into gate
-      from pg_proc p join pg_namespace ns on ns.oid = p.pronamespace where p.oid = t.gate;
-  end if;
   if op <> 'delete' then
     -- Each row as the per-mutation path writes it: the named columns and the canonical key.
     rows_ := array(select coalesce(muts -> (positions[g.x] - 1) -> 'columns', '{}') || jsonb_build_object(t.pk_column, keys[g.x])
@@ -265,66 +259,51 @@ begin
     cols := array(select k from jsonb_object_keys(rows_[1]) k order by k);
     assign := array(select c from unnest(cols) c where c <> t.pk_column);
   end if;
+  -- One statement writes the run and returns, per row written: its key, its bucket (the registry's
+  -- expression over the row written) and whether the gate refuses it.
+  written := case op
+    when 'upsert' then format($q$
+      insert into %1$s as t (%2$s)
+      select %3$s from unnest($1) with ordinality as kz_u(kz_c, kz_o)
+             cross join lateral jsonb_populate_record(null::%1$s, kz_u.kz_c) as kz_r
+       order by kz_u.kz_o  -- the slice's order: a BEFORE ROW trigger sees the rows written before it, as it would
+      on conflict (%4$I) do update set %5$s
+      returning t.*$q$,
+      t.rel,
+      (select string_agg(format('%I', c), ', ') from unnest(cols) c),
+      (select string_agg(format('kz_r.%I', c), ', ') from unnest(cols) c),
+      t.pk_column,
+      coalesce((select string_agg(format('%1$I = excluded.%1$I', c), ', ') from unnest(assign) c),
+               format('%1$I = excluded.%1$I', t.pk_column)))
+    when 'patch' then format($q$
+      update %1$s as t set %2$s
+        from unnest($1) as kz_u(kz_c) cross join lateral jsonb_populate_record(null::%1$s, kz_u.kz_c) as kz_r
+       where t.%3$I = kz_r.%3$I
+      returning t.*$q$,
+      t.rel,
+      coalesce((select string_agg(format('%1$I = kz_r.%1$I', c), ', ') from unnest(assign) c),
+               format('%1$I = t.%1$I', t.pk_column)),
+      t.pk_column)
+    else format($q$
+      delete from %1$s as t where t.%2$I = any (array(select cast(k as %3$s) from unnest($2) k))
+      returning t.*$q$,
+      t.rel, t.pk_column, kizuna.column_type(t.rel, t.pk_column))
+  end;
 
   begin
     -- As the per-mutation path leaves it for an arrival-mode table (the capture trigger reads it).
     perform set_config('kizuna.hlc', '', true);
-    if op = 'upsert' then
-      -- In the slice's order (a BEFORE ROW trigger sees the rows written before it, as it would).
-      execute format($q$
-        with w as (
-          insert into %1$s as t (%2$s)
-          select %3$s from unnest($1) with ordinality as kz_u(kz_c, kz_o)
-                 cross join lateral jsonb_populate_record(null::%1$s, kz_u.kz_c) as kz_r
-           order by kz_u.kz_o
-          on conflict (%4$I) do update set %5$s
-          returning t.%4$I::text as kz_k, to_jsonb(t) as kz_row
-        )
-        select array_agg(kz_k), array_agg(kz_row), array_agg(kizuna.%6$I(jsonb_populate_record(null::%1$s, kz_row))) from w
-        $q$,
-        t.rel,
-        (select string_agg(format('%I', c), ', ') from unnest(cols) c),
-        (select string_agg(format('kz_r.%I', c), ', ') from unnest(cols) c),
-        t.pk_column,
-        coalesce((select string_agg(format('%1$I = excluded.%1$I', c), ', ') from unnest(assign) c),
-                 format('%1$I = excluded.%1$I', t.pk_column)),
-        'bucket_' || t.rel::oid)
-        into done_keys, done_rows, done_buckets using rows_;
-      if coalesce(cardinality(done_keys), 0) <> n then
-        raise exception 'a run upsert wrote % of % rows', coalesce(cardinality(done_keys), 0), n using errcode = 'KZR01';
-      end if;
-    elsif op = 'patch' then
-      execute format($q$
-        with w as (
-          update %1$s as t set %2$s
-            from unnest($1) as kz_u(kz_c) cross join lateral jsonb_populate_record(null::%1$s, kz_u.kz_c) as kz_r
-           where t.%3$I = kz_r.%3$I
-          returning t.%3$I::text as kz_k, to_jsonb(t) as kz_row
-        )
-        select array_agg(kz_k), array_agg(kz_row), array_agg(kizuna.%4$I(jsonb_populate_record(null::%1$s, kz_row))) from w
-        $q$,
-        t.rel,
-        coalesce((select string_agg(format('%1$I = kz_r.%1$I', c), ', ') from unnest(assign) c),
-                 format('%1$I = t.%1$I', t.pk_column)),
-        t.pk_column,
-        'bucket_' || t.rel::oid)
-        into done_keys, done_rows, done_buckets using rows_;
-    else
-      execute format($q$
-        with w as (
-          delete from %1$s as t where t.%2$I = any (array(select cast(k as %3$s) from unnest($1::text[]) k))
-          returning t.%2$I::text as kz_k, to_jsonb(t) as kz_row
-        )
-        select array_agg(kz_k), array_agg(kz_row) from w
-        $q$, t.rel, t.pk_column, key_type)
-        into done_keys, done_rows using keys;
+    execute format('with w as (%s) select array_agg(w.%I::text), array_agg(%s), count(*) filter (where %s) from w',
+                   written, t.pk_column,
+                   case when op = 'delete' then 'null::text' else '(' || t.bucket_expr || ')::text' end,
+                   coalesce((select format('%I.%I($3, to_jsonb(w)) is not true', ns.nspname, p.proname)
+                               from pg_proc p join pg_namespace ns on ns.oid = p.pronamespace where p.oid = t.gate), 'false'))
+      into done_keys, done_buckets, refused using rows_, keys, op;
+    if refused > 0 then
+      raise exception 'the gate refused % rows of the run', refused using errcode = 'KZR01';
     end if;
-    if gate is not null and done_rows is not null then
-      execute format('select min(o) from unnest($1) with ordinality u(r, o) where %s($2, u.r) is not true', gate)
-        into refused using done_rows, op;
-      if refused is not null then
-        raise exception 'the gate refused a row of the run' using errcode = 'KZR01';
-      end if;
+    if op = 'upsert' and coalesce(cardinality(done_keys), 0) <> n then
+      raise exception 'a run upsert wrote % of % rows', coalesce(cardinality(done_keys), 0), n using errcode = 'KZR01';
     end if;
   exception when others then
     get stacked diagnostics err_state = returned_sqlstate;
