@@ -25,12 +25,15 @@
 -- per-mutation path. So a refused mutation gets the per-mutation path's verdict, and the others
 -- are applied as if it had not been there, as before.
 
--- Whether what a table evaluates per row reads no rows: its policies, checks, column defaults and
--- generated columns, and the checks of its columns' domains refer to no other relation (sequences
--- aside) and to no row of the table but the one at hand, and call only pure functions.
+-- Whether what a table evaluates per row reads no rows: its policies hold no subquery over a table
+-- (a range table entry in the stored expression; `(select auth.uid())` has none), and they, its
+-- checks, column defaults and generated columns, and the checks of its columns' domains refer to no
+-- other relation (sequences aside) and call only pure functions.
 create or replace function kizuna.row_rules_pure(rel regclass) returns boolean language plpgsql stable as $$
 begin
-  return not exists (
+  return not exists (select 1 from pg_policy p where p.polrelid = rel
+                        and (coalesce(p.polqual::text, '') || coalesce(p.polwithcheck::text, '')) like '%{RANGETBLENTRY%')
+    and not exists (
     with objects as (
       select 'pg_policy'::regclass as cls, p.oid from pg_policy p where p.polrelid = rel
       union all
@@ -45,7 +48,7 @@ begin
     )
     select 1 from objects o join pg_depend d on d.classid = o.cls and d.objid = o.oid
      where case d.refclassid
-       -- a column of the row at hand, or the policy's own table (not a subquery over it); sequences
+       -- a column of the table, or the policy's own table; sequences
        when 'pg_class'::regclass then
          not (d.refobjid = rel and (d.refobjsubid > 0 or (o.cls = 'pg_policy'::regclass and d.deptype = 'a')))
          and not exists (select 1 from pg_class s where s.oid = d.refobjid and s.relkind = 'S')
