@@ -8,10 +8,13 @@
 --   recorded verdict for its id          -> that verdict, replayed: true, no effect
 --   unknown id, client_seq <= pruned_seq  -> SKIPPED (its verdict was pruned: it had its effect)
 --   apply_after in the future            -> DELAYED, nothing stored
---   otherwise the id is claimed in the ledger (INSERT .. ON CONFLICT: a duplicate arriving on
---   another connection waits for this one and then replays) and the mutation runs in its own
---   savepoint, so one refusal does not undo the others. Members of an atomic batch share one
---   savepoint: the first refusal undoes them all and the others answer BATCH_ABORTED.
+--   otherwise the mutation runs in its own savepoint, so one refusal does not undo the others;
+--   consecutive plain mutations run together as one set-based statement with the same outcome
+--   (005_push_runs.sql). Members of an atomic batch share one savepoint: the first refusal undoes
+--   them all and the others answer BATCH_ABORTED.
+-- These answers are decided for the whole request first (nothing a mutation applies changes them).
+-- The push locks its client's row, so a duplicate arriving on another connection waits for this one
+-- and then replays; the verdicts are recorded in the ledger at the end, in one statement.
 --
 -- Rejections: SCHEMA_MISMATCH (unknown table/column, wrong type), DELETE_WINS / RLS_DENIED (see
 -- kizuna.key_state), VALIDATION_FAILED (the table's gate), CONSTRAINT_VIOLATION (SQLSTATE class 23),
