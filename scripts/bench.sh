@@ -35,6 +35,11 @@ psql "$db" -qf bench/million.sql
 echo "  load of 1,000,000 synced rows in one INSERT (the memory figure's data): $(( ($(date +%s%N) - started) / 1000000 )) ms"
 psql "$db" -qf bench/push.sql 2>&1 | sed -n 's/.*NOTICE: */  /p'
 psql "$db" -qf bench/stranger.sql 2>&1 | sed -n 's/.*NOTICE: */  /p'
+# push.sql_ratio: the client's slices as kizuna_push calls against plain INSERTs of the same rows;
+# the browser report below picks the figures up from target/bench/push-sql.json.
+mkdir -p target/bench
+psql "$db" -v ON_ERROR_STOP=1 -qf bench/push_slices.sql 2>&1 | sed -n 's/.*NOTICE: *push\.sql //p' > target/bench/push-sql.json
+echo "  push of 10,000 writes in the client's slices, as SQL: $(cat target/bench/push-sql.json)"
 
 echo "== universe sync: a source database's outbox into a target gateway on another cluster (fsync on)"
 ensure_second_cluster bench

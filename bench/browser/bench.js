@@ -160,11 +160,72 @@ window.bench = {
     client = await open(name, sub);
     const ms = now() - t;
     const pending = client.pendingWrites().length;
-    const s = now();
-    await client.sync();
-    const pushMs = now() - s;
     client.close();
-    return { open_pending: { writes: pending, ms }, push: { writes: n, ms: pushMs, writes_per_s: n / (pushMs / 1000) } };
+    return { open_pending: { writes: pending, ms } };
+  },
+
+  // push.http_ratio: `sync()` pushing n queued lone writes (the client's own slices, 64 by
+  // default) against plain `fetch` of the same request bodies to the gateway, one after another,
+  // each answer parsed. The client's fetch is wrapped to keep its push bodies and to see when its
+  // pull begins: the push is over then (sync() pulls after pushing). The limit's bodies are the
+  // client's with fresh mutation ids, client id and keys, so the server does the same work.
+  async pushHttp(n) {
+    const sub = crypto.randomUUID(), jwt = await token(sub);
+    const bodies = [];
+    let pullStarted = null, waited = 0;
+    const recording = (url, init) => {
+      if (String(url).endsWith("/kizuna_push")) {
+        bodies.push(init.body);
+        const sent = now(), answer = fetch(url, init);
+        answer.then(() => { waited += now() - sent; }, () => {});
+        return answer;
+      }
+      if (pullStarted === null && String(url).endsWith("/kizuna_pull")) pullStarted = now();
+      return fetch(url, init);
+    };
+    const client = await KizunaClient.open({ name: `kz-push-${crypto.randomUUID()}`, url: location.origin, token: () => jwt,
+                                             buckets: [`user:${sub}`], autoSync: false, fetch: recording });
+    let rejected = 0;
+    client.on("rejected", () => { rejected += 1; });
+    const key = (i) => `p${sub.slice(0, 8)}-${i}`;
+    for (let i = 0; i < n; i += 250) {
+      await Promise.all(Array.from({ length: Math.min(250, n - i) }, (_, j) => client.put("todos", key(i + j), { ...row(i + j), id: key(i + j) })));
+    }
+    const queued = client.pendingWrites().length;
+    const t = now();
+    await client.sync();
+    const kz = (pullStarted ?? now()) - t;
+    const left = client.pendingWrites().length, dead = client.deadLetters().length;
+    client.close();
+    if (queued !== n || left !== 0 || dead !== 0 || rejected !== 0) {
+      throw new Error(`push bench: ${queued} queued, ${left} left, ${dead} dead letters, ${rejected} rejected`);
+    }
+
+    const clientId = crypto.randomUUID();
+    const again = bodies.map((b) => {
+      const body = JSON.parse(b);
+      body.request.client_id = clientId;
+      for (const m of body.request.mutations) {
+        m.id = crypto.randomUUID();
+        m.pk = `f${m.pk.slice(1)}`;
+        if (m.columns?.id !== undefined) m.columns.id = m.pk;
+      }
+      return JSON.stringify(body);
+    });
+    let applied = 0;
+    const f = now();
+    for (const body of again) {
+      const res = await fetch("/rest/v1/rpc/kizuna_push", {
+        method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${jwt}` }, body,
+      });
+      const answer = await res.json();
+      applied += answer.verdicts.filter((v) => v.status === "APPLIED").length;
+    }
+    const fetched = now() - f;
+    if (applied !== n) throw new Error(`push bench: plain fetch applied ${applied} of ${n}`);
+    // client_ms: the client's own time between its requests (IndexedDB, wasm), not waiting for answers.
+    return { writes: n, requests: bodies.length, kizuna_ms: kz, fetch_ms: fetched, writes_per_s: n / (kz / 1000),
+             client_ms: kz - waited, http_ratio: kz / fetched };
   },
 
   // One device's write as another device's `change` event (wake stream on): timestamps on the

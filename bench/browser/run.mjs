@@ -38,6 +38,16 @@ try {
       await p.context().close();
     }
   }
+  if (runs("push")) {
+    // push: the browser's figures, and the SQL ones scripts/bench.sh measured (bench/push_slices.sql).
+    results.push = await a.evaluate(() => window.bench.pushHttp(10000));
+    try {
+      const sql = JSON.parse(readFileSync("target/bench/push-sql.json", "utf8"));
+      for (const [k, v] of Object.entries(sql)) results.push[k === "sql_ratio" || k === "sql_unsynced_ratio" ? k : `sql_${k}`] = v;
+    } catch (e) {
+      console.error("push.sql figures missing (run through scripts/bench.sh):", e.message);
+    }
+  }
 
   if (runs("wake_latency")) {
     const sub = crypto.randomUUID();
@@ -58,7 +68,8 @@ try {
 
 const targets = {
   "local_write.ratio": ["≤", 1.2], "batch.ratio": ["≤", 1.2], "initial_sync.ratio": ["≤", 1.1], "initial_sync.fetch_ratio": ["≤", 1.5],
-  "sync_1m.wasm_memory_bytes": ["≤", 16 * 1024 * 1024], "query.ratio": ["≤", 1.0], "query_few.ms": ["≤", 10], "open_pending.ms": ["≤", 500], "wake_latency.p50_ms": ["≤", 30], "bundle.wasm_gzip_bytes": ["≤", 120000],
+  "sync_1m.wasm_memory_bytes": ["≤", 16 * 1024 * 1024], "query.ratio": ["≤", 1.0], "query_few.ms": ["≤", 10], "open_pending.ms": ["≤", 500],
+  "push.sql_ratio": ["≤", 3], "push.http_ratio": ["≤", 1.3], "wake_latency.p50_ms": ["≤", 30], "bundle.wasm_gzip_bytes": ["≤", 120000],
 };
 const get = (key) => key.split(".").reduce((o, k) => o?.[k], results);
 const fmt = (v) => typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(2)) : String(v);

@@ -1,4 +1,4 @@
--- Kizuna SQL pack, file 1 of 9: roles, schemas, auth helpers, settings and the pack's own tables.
+-- Kizuna SQL pack, file 1 of 10: roles, schemas, auth helpers, settings and the pack's own tables.
 --
 -- Idempotent: every statement can run again on an installed database. Later files hold the
 -- functions; this one holds only state, so re-running the pack never loses data.
@@ -160,6 +160,10 @@ create table if not exists kizuna.synced_tables (
   compiled_version integer not null default 0,
   registered_at timestamptz not null default now()
 );
+-- The functions the bucket expression calls (by oid), for the set-based push path (005_push_runs.sql);
+-- null when the expression reads a table (a subquery) or could not be analysed: such tables take
+-- the per-mutation path. Filled by kizuna.compile_table.
+alter table kizuna.synced_tables add column if not exists bucket_functions oid[];
 grant select on kizuna.synced_tables to anon, authenticated, service_role;
 
 -- Changes made by the current transaction, captured by the row triggers and numbered at commit.

@@ -1,4 +1,4 @@
--- Kizuna SQL pack, file 3 of 9: the registry of synced tables.
+-- Kizuna SQL pack, file 3 of 10: the registry of synced tables.
 --
 -- kizuna.register_table(...) records a table and compiles two functions for it:
 --   kizuna."bucket_<oid>"(row)  the admin's bucket expression over the row's columns, and
@@ -7,7 +7,7 @@
 -- Admin only: EXECUTE is revoked from the API roles (see 007_admin.sql).
 
 -- Bump when the capture template changes: installs recompile every registered table once.
-create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 4';
+create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 5';
 
 create or replace function kizuna.compile_table(table_name text) returns void
 language plpgsql security definer set search_path = pg_catalog, public as $$
@@ -76,10 +76,41 @@ begin
 
   execute format('create or replace trigger kizuna_capture after insert or update or delete on %s
                   for each row execute function kizuna.%I()', t.rel, 'capture_' || oid_);
+  perform kizuna.analyse_bucket(t);
   -- TRUNCATE fires no row triggers, so it would silently bypass sync: refuse it.
   execute format('create or replace trigger kizuna_no_truncate before truncate on %s
                   for each statement execute function kizuna.refuse_truncate()', t.rel);
   update kizuna.synced_tables set compiled_version = kizuna.compile_version() where name = t.name;
+end
+$$;
+
+-- Records which functions the bucket expression calls, or null when it reads a table: the
+-- set-based push path (005_push_runs.sql) takes only tables whose rows' buckets depend on the row
+-- alone. The expression is parsed as a check constraint of an empty temporary copy of the table
+-- (never the table itself): PostgreSQL refuses subqueries there and records what it calls.
+create or replace function kizuna.analyse_bucket(t kizuna.synced_tables) returns void
+language plpgsql security definer set search_path = pg_catalog, public as $$
+declare
+  called oid[];
+begin
+  begin
+    if to_regclass('pg_temp.kizuna_bucket_probe') is not null then
+      drop table pg_temp.kizuna_bucket_probe;
+    end if;
+    execute format('create temporary table kizuna_bucket_probe (like %s)', t.rel);
+    execute format('alter table pg_temp.kizuna_bucket_probe add constraint probe check (((%s)::text) is null or true) not valid',
+                   t.bucket_expr);
+    select coalesce(array_agg(distinct f), '{}') into called
+      from pg_constraint k cross join lateral kizuna.called_functions('pg_constraint'::regclass, k.oid) f
+     where k.conrelid = 'pg_temp.kizuna_bucket_probe'::regclass;
+    drop table pg_temp.kizuna_bucket_probe;
+  exception when others then
+    if kizuna.is_server_fault(sqlstate) then
+      raise;
+    end if;
+    called := null;  -- a subquery, or anything a check constraint cannot hold
+  end;
+  update kizuna.synced_tables set bucket_functions = called where name = t.name;
 end
 $$;
 

@@ -1,4 +1,4 @@
--- Kizuna SQL pack, file 4 of 9: the commit fence.
+-- Kizuna SQL pack, file 4 of 10: the commit fence.
 --
 -- Every transaction that changes a synced table is numbered when it commits, and such
 -- transactions commit one at a time:

@@ -1,4 +1,4 @@
--- Kizuna SQL pack, file 5 of 9: push.
+-- Kizuna SQL pack, file 5 of 10: push.
 --
 -- public.kizuna_push(request jsonb) runs as the caller (SECURITY INVOKER): every read and write of a
 -- user table goes through the caller's privileges and Row Level Security. The pack's own tables
@@ -8,10 +8,13 @@
 --   recorded verdict for its id          -> that verdict, replayed: true, no effect
 --   unknown id, client_seq <= pruned_seq  -> SKIPPED (its verdict was pruned: it had its effect)
 --   apply_after in the future            -> DELAYED, nothing stored
---   otherwise the id is claimed in the ledger (INSERT .. ON CONFLICT: a duplicate arriving on
---   another connection waits for this one and then replays) and the mutation runs in its own
---   savepoint, so one refusal does not undo the others. Members of an atomic batch share one
---   savepoint: the first refusal undoes them all and the others answer BATCH_ABORTED.
+--   otherwise the mutation runs in its own savepoint, so one refusal does not undo the others;
+--   consecutive plain mutations run together as one set-based statement with the same outcome
+--   (005_push_runs.sql). Members of an atomic batch share one savepoint: the first refusal undoes
+--   them all and the others answer BATCH_ABORTED.
+-- These answers are decided for the whole request first (nothing a mutation applies changes them).
+-- The push locks its client's row, so a duplicate arriving on another connection waits for this one
+-- and then replays; the verdicts are recorded in the ledger at the end, in one statement.
 --
 -- Rejections: SCHEMA_MISMATCH (unknown table/column, wrong type), DELETE_WINS / RLS_DENIED (see
 -- kizuna.key_state), VALIDATION_FAILED (the table's gate), CONSTRAINT_VIOLATION (SQLSTATE class 23),
@@ -28,13 +31,18 @@
 -- Request shape: whole-request errors KZP01 (malformed), KZP03 (protocol), KZP02, KZP04.
 
 -- Both are false, never null, for a missing field: `not null` is null, which would let it through.
+-- (Written without counted repetitions, which make PostgreSQL's regular expressions about three
+-- times slower; every mutation of every push passes these.)
+-- 8-4-4-4-12 hex digits: 36 characters, hex or hyphens, hyphens exactly at 9, 14, 19 and 24.
 create or replace function kizuna.is_uuid(v jsonb) returns boolean language sql immutable as $$
-  select coalesce(jsonb_typeof(v) = 'string'
-     and (v #>> '{}') ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$', false)
+  select coalesce(jsonb_typeof(v) = 'string' and length(v #>> '{}') = 36 and (v #>> '{}') ~ '^[0-9a-fA-F-]+$'
+     and substr(v #>> '{}', 9, 1) = '-' and substr(v #>> '{}', 14, 1) = '-' and substr(v #>> '{}', 19, 1) = '-'
+     and substr(v #>> '{}', 24, 1) = '-' and length(replace(v #>> '{}', '-', '')) = 32, false)
 $$;
 
+-- An optional minus and 1 to 18 digits.
 create or replace function kizuna.is_int(v jsonb) returns boolean language sql immutable as $$
-  select coalesce(jsonb_typeof(v) = 'number' and (v #>> '{}') ~ '^-?[0-9]{1,18}$', false)
+  select coalesce(jsonb_typeof(v) = 'number' and (v #>> '{}') ~ '^-?[0-9]+$' and length(ltrim(v #>> '{}', '-')) <= 18, false)
 $$;
 
 -- Protocol version and client id, common to push and pull.
@@ -69,41 +77,46 @@ begin
   if jsonb_typeof(request -> 'mutations') is distinct from 'array' then
     perform kizuna.fail('KZP01', 'mutations must be an array');
   end if;
-  for m, i in select e, o - 1 from jsonb_array_elements(request -> 'mutations') with ordinality as a(e, o) loop
-    what := case
-      when jsonb_typeof(m) <> 'object' then 'must be an object'
-      when not kizuna.is_uuid(m -> 'id') then 'id must be a UUID string'
-      when not kizuna.is_int(m -> 'client_seq') then 'client_seq must be an integer'
-      when (m ->> 'client_seq')::bigint < 1 then 'client_seq must be at least 1'
-      when jsonb_typeof(m -> 'table') is distinct from 'string' then 'table must be a string'
-      when jsonb_typeof(m -> 'pk') is distinct from 'string' then 'pk must be a string'
-      when (m ->> 'op') is null or (m ->> 'op') not in ('upsert', 'patch', 'delete')
-        or jsonb_typeof(m -> 'op') <> 'string' then 'op must be "upsert", "patch" or "delete"'
-      when coalesce(jsonb_typeof(m -> 'columns'), 'null') not in ('null', 'object') then 'columns must be an object'
-      when coalesce(jsonb_typeof(m -> 'hlc'), 'null') not in ('null', 'string')
-        or (jsonb_typeof(m -> 'hlc') = 'string' and not kizuna.hlc_is_valid(m ->> 'hlc'))
+  -- The first mutation that is malformed, and what is wrong with it (checks in this order).
+  select o - 1, x.what into i, what
+    from jsonb_array_elements(request -> 'mutations') with ordinality as a(e, o)
+    cross join lateral (select case
+      when jsonb_typeof(e) <> 'object' then 'must be an object'
+      when not kizuna.is_uuid(e -> 'id') then 'id must be a UUID string'
+      when not kizuna.is_int(e -> 'client_seq') then 'client_seq must be an integer'
+      when (e ->> 'client_seq')::bigint < 1 then 'client_seq must be at least 1'
+      when jsonb_typeof(e -> 'table') is distinct from 'string' then 'table must be a string'
+      when jsonb_typeof(e -> 'pk') is distinct from 'string' then 'pk must be a string'
+      when (e ->> 'op') is null or (e ->> 'op') not in ('upsert', 'patch', 'delete')
+        or jsonb_typeof(e -> 'op') <> 'string' then 'op must be "upsert", "patch" or "delete"'
+      when coalesce(jsonb_typeof(e -> 'columns'), 'null') not in ('null', 'object') then 'columns must be an object'
+      when coalesce(jsonb_typeof(e -> 'hlc'), 'null') not in ('null', 'string')
+        or (jsonb_typeof(e -> 'hlc') = 'string' and not kizuna.hlc_is_valid(e ->> 'hlc'))
         then 'hlc must look like <13-digit ms>-<4-digit counter>-<node>'
-      when not kizuna.is_int(m -> 'read_seq') then 'read_seq must be an integer'
-      when (m ->> 'read_seq')::bigint < 0 then 'read_seq must not be negative'
-      when coalesce(jsonb_typeof(m -> 'batch'), 'null') <> 'null' and not kizuna.is_uuid(m -> 'batch')
+      when not kizuna.is_int(e -> 'read_seq') then 'read_seq must be an integer'
+      when (e ->> 'read_seq')::bigint < 0 then 'read_seq must not be negative'
+      when coalesce(jsonb_typeof(e -> 'batch'), 'null') <> 'null' and not kizuna.is_uuid(e -> 'batch')
         then 'batch must be a UUID string'
-      when coalesce(jsonb_typeof(m -> 'apply_after'), 'null') not in ('null', 'string')
+      when coalesce(jsonb_typeof(e -> 'apply_after'), 'null') not in ('null', 'string')
+        or (jsonb_typeof(e -> 'apply_after') = 'string'
+            and (e ->> 'apply_after') !~ '^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:?\d{2})$')
         then 'apply_after must be an RFC 3339 timestamp string'
+    end as what) x
+   where x.what is not null order by o limit 1;
+  -- An apply_after of the right shape that is still no time (a 13th month), before that one.
+  for m, n in select e, o - 1 from jsonb_array_elements(request -> 'mutations') with ordinality as a(e, o)
+               where jsonb_typeof(e -> 'apply_after') = 'string' and (i is null or o - 1 < i) order by o loop
+    begin
+      perform (m ->> 'apply_after')::timestamptz;
+    exception when others then
+      i := n;
+      what := 'apply_after must be an RFC 3339 timestamp string';
+      exit;
     end;
-    if what is null and jsonb_typeof(m -> 'apply_after') = 'string' then
-      begin
-        if (m ->> 'apply_after') !~ '^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:?\d{2})$' then
-          raise exception 'not RFC 3339';
-        end if;
-        perform (m ->> 'apply_after')::timestamptz;
-      exception when others then
-        what := 'apply_after must be an RFC 3339 timestamp string';
-      end;
-    end if;
-    if what is not null then
-      perform kizuna.fail('KZP01', format('mutations[%s]: %s', i, what));
-    end if;
   end loop;
+  if what is not null then
+    perform kizuna.fail('KZP01', format('mutations[%s]: %s', i, what));
+  end if;
 
   -- Within one request: ids never repeat (each is its own idempotency key) and client_seq rises
   -- in issue order, as the contract requires of every client.
@@ -130,12 +143,12 @@ begin
     perform kizuna.fail('KZP02', format('%s mutations exceed max_batch_size %s', n, cap),
                         null, 'send at most ' || cap || ' mutations per request');
   end if;
-  for m, i in select e, o - 1 from jsonb_array_elements(request -> 'mutations') with ordinality as a(e, o) loop
-    if octet_length(coalesce(m -> 'columns', 'null')::text) > max_bytes then
-      perform kizuna.fail('KZP04', format('mutations[%s]: row of %s bytes exceeds max_row_bytes %s', i,
-                                          octet_length((m -> 'columns')::text), max_bytes));
-    end if;
-  end loop;
+  select o - 1, octet_length((e -> 'columns')::text) into i, n
+    from jsonb_array_elements(request -> 'mutations') with ordinality as a(e, o)
+   where octet_length(coalesce(e -> 'columns', 'null')::text) > max_bytes order by o limit 1;
+  if i is not null then
+    perform kizuna.fail('KZP04', format('mutations[%s]: row of %s bytes exceeds max_row_bytes %s', i, n, max_bytes));
+  end if;
 end
 $$;
 
@@ -209,6 +222,30 @@ begin
 end
 $$;
 
+-- The recorded verdicts of a request's mutations, by position (null: none). An id recorded for
+-- another client is KZP01: the first one in the order mutations are reached in (an atomic batch at
+-- its first member's position).
+drop function if exists kizuna.recorded_verdicts(uuid, uuid[]);
+create or replace function kizuna.recorded_verdicts(client uuid, muts jsonb) returns jsonb[]
+language plpgsql security definer set search_path = pg_catalog as $$
+declare
+  foreign_id text;
+  found jsonb[];
+begin
+  perform kizuna.check_own_client(client);
+  select array_agg(case when l.client_id = client then l.verdict end order by a.o),
+         (array_agg(a.e ->> 'id' order by a.first_o, a.o) filter (where l.client_id <> client))[1]
+    into found, foreign_id
+    from (select e, o, min(o) over (partition by coalesce(e ->> 'batch', o::text)) as first_o
+            from jsonb_array_elements(muts) with ordinality x(e, o)) a
+    left join kizuna.ledger l on l.id = (a.e ->> 'id')::uuid;
+  if foreign_id is not null then
+    perform kizuna.fail('KZP01', format('mutation id %s belongs to another client', foreign_id));
+  end if;
+  return found;
+end
+$$;
+
 -- The state of a key for push, without revealing anything: 'live' (it has a live entry), 'deleted'
 -- (tombstones only) or 'unknown'; and, for 'deleted', the row images of the tombstones this client
 -- was served a live copy of. The DELETE_WINS rule: the client has a complete view of bucket B from
@@ -263,59 +300,88 @@ returns void language sql security definer set search_path = pg_catalog as $$
    where kizuna.caller() in (loser_by, winner_by)
 $$;
 
--- Numbers the push (when it applied anything), records its verdicts, advances the client's
--- last_mutation_id and the durable totals. Returns the PushResponse.
+-- Numbers the push (when it applied anything), records its verdicts in the ledger, advances the
+-- client's last_mutation_id and the durable totals. Returns the PushResponse. The ledger rows are
+-- written here, once, with their verdicts: the client's row, locked for the whole push, keeps
+-- every other push of this client out, so an id can only have been recorded meanwhile by another
+-- client's push (the insert waits for it), which is KZP01 as it would have been at the start.
 create or replace function kizuna.finish_push(client uuid, verdicts jsonb) returns jsonb
 language plpgsql security definer set search_path = pg_catalog as $$
 declare
   s bigint;
   out_verdicts jsonb;
   lmid bigint;
+  top_seq bigint;
+  fresh_count integer;
+  applied integer;
+  replayed integer;
+  skipped integer;
+  delayed integer;
+  refused integer;
+  rejected jsonb := '{}';
+  recorded integer;
+  taken text;
 begin
   perform kizuna.check_own_client(client);
-  if exists (select 1 from jsonb_array_elements(verdicts) v
-              where v ->> 'status' = 'APPLIED' and (v ->> '_fresh')::boolean) then
+  select count(*) filter (where (v ->> '_fresh')::boolean),
+         count(*) filter (where (v ->> '_fresh')::boolean and v ->> 'status' = 'APPLIED'),
+         count(*) filter (where (v ->> 'replayed')::boolean),
+         count(*) filter (where v ->> 'status' = 'SKIPPED'),
+         count(*) filter (where v ->> 'status' = 'DELAYED'),
+         count(*) filter (where (v ->> '_fresh')::boolean and v ->> 'status' = 'REJECTED')
+    into fresh_count, applied, replayed, skipped, delayed, refused
+    from jsonb_array_elements(verdicts) v;
+  if applied > 0 then
     s := kizuna.fence_now();
   else
     perform pg_advisory_xact_lock(kizuna.fence_lock_key());  -- the totals row is written under it
   end if;
 
-  select jsonb_agg(case when v ->> 'status' = 'APPLIED' and (v ->> '_fresh')::boolean
-                        then v || jsonb_build_object('seq', s) else v end order by o)
-    into out_verdicts
-    from jsonb_array_elements(verdicts) with ordinality as a(v, o);
+  -- The answer's verdicts (APPLIED ones with the commit number), and the ledger rows of the fresh ones.
+  with v as (
+    select o, (x ->> '_fresh')::boolean as is_fresh, (x ->> '_seq')::bigint as client_seq,
+           case when x ->> 'status' = 'APPLIED' and (x ->> '_fresh')::boolean then x || jsonb_build_object('seq', s) else x end
+             - '_fresh' - '_seq' as verdict
+      from jsonb_array_elements(verdicts) with ordinality as a(x, o)
+  ), written as (
+    insert into kizuna.ledger (id, client_id, client_seq, verdict)
+    select (verdict ->> 'id')::uuid, client, client_seq, verdict - 'replayed' from v where is_fresh order by o
+    on conflict (id) do nothing returning id
+  )
+  select coalesce(jsonb_agg(verdict order by o), '[]'), max(client_seq) filter (where is_fresh),
+         (select count(*) from written)
+    into out_verdicts, top_seq, recorded
+    from v;
+  if recorded < fresh_count then
+    select x ->> 'id' into taken from jsonb_array_elements(verdicts) with ordinality as a(x, o)
+     where (x ->> '_fresh')::boolean
+       and exists (select 1 from kizuna.ledger l where l.id = (x ->> 'id')::uuid and l.client_id <> client)
+     order by o limit 1;
+    perform kizuna.fail('KZP01', format('mutation id %s belongs to another client', taken));
+  end if;
+  if refused > 0 then
+    select jsonb_object_agg(r, c) into rejected
+      from (select v ->> 'reason' as r, count(*) as c from jsonb_array_elements(verdicts) v
+             where v ->> 'status' = 'REJECTED' and (v ->> '_fresh')::boolean group by 1) g;
+  end if;
 
-  update kizuna.ledger l set verdict = v - '_fresh' - '_seq' - 'replayed'
-    from jsonb_array_elements(out_verdicts) v
-   where l.id = (v ->> 'id')::uuid and (v ->> '_fresh')::boolean and l.verdict is null;
-
-  update kizuna.clients c
-     set last_mutation_id = greatest(c.last_mutation_id,
-           coalesce((select max((v ->> '_seq')::bigint) from jsonb_array_elements(out_verdicts) v
-                      where (v ->> '_fresh')::boolean), 0))
+  update kizuna.clients c set last_mutation_id = greatest(c.last_mutation_id, coalesce(top_seq, 0))
    where c.client_id = client
   returning c.last_mutation_id into lmid;
 
   update kizuna.state st set
-    applied_total = applied_total + (select count(*) from jsonb_array_elements(out_verdicts) v
-                                      where v ->> 'status' = 'APPLIED' and (v ->> '_fresh')::boolean),
-    replayed_total = replayed_total + (select count(*) from jsonb_array_elements(out_verdicts) v
-                                        where (v ->> 'replayed')::boolean),
-    skipped_total = skipped_total + (select count(*) from jsonb_array_elements(out_verdicts) v
-                                      where v ->> 'status' = 'SKIPPED'),
-    delayed_total = delayed_total + (select count(*) from jsonb_array_elements(out_verdicts) v
-                                      where v ->> 'status' = 'DELAYED'),
-    rejected_total = (select coalesce(jsonb_object_agg(r, n), '{}') from (
-        select r, sum(n)::bigint as n from (
-          select key as r, value::bigint as n from jsonb_each_text(st.rejected_total)
-          union all
-          select v ->> 'reason', 1 from jsonb_array_elements(out_verdicts) v
-           where v ->> 'status' = 'REJECTED' and (v ->> '_fresh')::boolean) u group by r) g);
+    applied_total = applied_total + applied,
+    replayed_total = replayed_total + replayed,
+    skipped_total = skipped_total + skipped,
+    delayed_total = delayed_total + delayed,
+    rejected_total = case when refused = 0 then rejected_total else
+      (select jsonb_object_agg(r, n) from (
+         select r, sum(n)::bigint as n from (
+           select key as r, value::bigint as n from jsonb_each_text(st.rejected_total)
+           union all
+           select key, value::bigint from jsonb_each_text(rejected)) u group by r) g) end;
 
-  return jsonb_build_object(
-    'verdicts', (select coalesce(jsonb_agg(v - '_fresh' - '_seq' order by o), '[]')
-                   from jsonb_array_elements(out_verdicts) with ordinality as a(v, o)),
-    'last_mutation_id', coalesce(lmid, 0));
+  return jsonb_build_object('verdicts', out_verdicts, 'last_mutation_id', coalesce(lmid, 0));
 end
 $$;
 
@@ -599,30 +665,43 @@ begin
 end
 $$;
 
--- Before applying: replay, SKIPPED or DELAYED; null when the mutation must be applied.
-create or replace function kizuna.precheck(m jsonb, c kizuna.clients) returns jsonb language plpgsql as $$
-declare
-  recorded jsonb := kizuna.ledger_lookup((m ->> 'id')::uuid, c.client_id);
-begin
-  if recorded is not null then
-    return recorded || '{"replayed": true}';
-  elsif (m ->> 'client_seq')::bigint <= c.pruned_seq then
-    return jsonb_build_object('id', m -> 'id', 'status', 'SKIPPED', 'replayed', false);
-  elsif (m ->> 'apply_after')::timestamptz > now() then
-    return jsonb_build_object('id', m -> 'id', 'status', 'DELAYED', 'replayed', false);
-  end if;
-  return null;
-end
-$$;
+drop function if exists kizuna.precheck(jsonb, kizuna.clients);
+drop function if exists kizuna.claim(jsonb, kizuna.clients);
 
--- Claims the id; when a concurrent duplicate recorded it first, its verdict as a replay.
-create or replace function kizuna.claim(m jsonb, c kizuna.clients) returns jsonb language plpgsql as $$
+-- Before anything applies: each mutation's verdict when it has one already (replay, SKIPPED,
+-- DELAYED); null: to be applied. Nothing a mutation applies changes these answers (ids never
+-- repeat within a request, and the client's row is locked), so deciding them first is deciding
+-- them in order. The order is the order mutations are reached in: an atomic batch at its first
+-- member (it names the first id recorded for another client, KZP01).
+create or replace function kizuna.prechecks(muts jsonb, c kizuna.clients) returns jsonb[]
+language plpgsql as $$
+declare
+  verdicts jsonb[];
+  b record;
+  i integer;
 begin
-  if kizuna.ledger_claim((m ->> 'id')::uuid, c.client_id, (m ->> 'client_seq')::bigint) then
-    return null;
-  end if;
-  return coalesce(kizuna.ledger_lookup((m ->> 'id')::uuid, c.client_id),
-                  jsonb_build_object('id', m -> 'id', 'status', 'SKIPPED')) || '{"replayed": true}';
+  select array_agg(case
+           when r.v is not null then r.v || '{"replayed": true}'
+           when (e ->> 'client_seq')::bigint <= c.pruned_seq
+             then jsonb_build_object('id', e -> 'id', 'status', 'SKIPPED', 'replayed', false)
+           when (e ->> 'apply_after')::timestamptz > now()
+             then jsonb_build_object('id', e -> 'id', 'status', 'DELAYED', 'replayed', false)
+         end order by o)
+    into verdicts
+    from jsonb_array_elements(muts) with ordinality a(e, o)
+    join unnest(kizuna.recorded_verdicts(c.client_id, muts)) with ordinality r(v, p) on r.p = a.o;
+
+  -- One member of an atomic batch that may not apply yet: the batch waits as a whole, nothing stored.
+  for b in select array_agg(o::integer order by o) as members from jsonb_array_elements(muts) with ordinality a(e, o)
+            where e ->> 'batch' is not null group by e ->> 'batch'
+           having bool_or(verdicts[o] ->> 'status' = 'DELAYED') loop
+    foreach i in array b.members loop
+      if verdicts[i] is null or verdicts[i] ->> 'status' = 'DELAYED' then
+        verdicts[i] := jsonb_build_object('id', muts -> (i - 1) -> 'id', 'status', 'DELAYED', 'replayed', false);
+      end if;
+    end loop;
+  end loop;
+  return coalesce(verdicts, '{null}');
 end
 $$;
 
@@ -637,12 +716,17 @@ declare
   c kizuna.clients;
   who text;
   verdicts jsonb[];
+  runs jsonb;
+  run jsonb;
+  run_at integer[];
+  positions integer[];
+  out jsonb;
+  t kizuna.synced_tables;
   i integer;
   k integer;
   v jsonb;
   m jsonb;
   batch_id text;
-  members integer[];
   live integer[];
   failed integer;
   failed_verdict jsonb;
@@ -652,44 +736,40 @@ begin
   c := kizuna.touch_client((request ->> 'client_id')::uuid, true);
   muts := request -> 'mutations';
   n := jsonb_array_length(muts);
-  verdicts := array_fill(null::jsonb, array[greatest(n, 1)]);
+  verdicts := kizuna.prechecks(muts, c);
+  -- Stretches of plain mutations are applied set-based (005_push_runs.sql); the rest one by one.
+  runs := kizuna.plan_runs(muts, verdicts, c.client_id);
+  run_at := array_fill(null::integer, array[greatest(n, 1)]);
+  for k in 0 .. jsonb_array_length(runs) - 1 loop
+    run_at[(runs -> k -> 'positions' ->> 0)::integer] := k;
+  end loop;
 
   for i in 1 .. n loop
-    continue when verdicts[i] is not null;
     m := muts -> (i - 1);
     batch_id := m ->> 'batch';
 
     if batch_id is null then
-      v := coalesce(kizuna.precheck(m, c), kizuna.claim(m, c));
-      if v is null then
-        v := kizuna.with_server_row(kizuna.apply_mutation(m, c.client_id, who), m);
+      continue when verdicts[i] is not null;
+      if run_at[i] is not null then
+        run := runs -> run_at[i];
+        select * into t from kizuna.synced_tables where name = run ->> 'table';
+        positions := array(select jsonb_array_elements_text(run -> 'positions')::integer);
+        out := kizuna.apply_run(t, run ->> 'op', positions,
+                                array(select jsonb_array_elements_text(run -> 'keys')), muts, c.client_id, who);
+        for k in 1 .. cardinality(positions) loop
+          verdicts[positions[k]] := out -> (k - 1);
+        end loop;
+      else
+        verdicts[i] := kizuna.with_server_row(kizuna.apply_mutation(m, c.client_id, who), m);
       end if;
-      verdicts[i] := v;
       continue;
     end if;
 
-    -- An atomic batch: all its members (in order), at the position of the first.
-    members := array(select o::integer from jsonb_array_elements(muts) with ordinality a(e, o)
-                      where e ->> 'batch' = batch_id order by o);
-    live := '{}';
-    foreach k in array members loop
-      verdicts[k] := kizuna.precheck(muts -> (k - 1), c);
-      if verdicts[k] is null or verdicts[k] ->> 'status' = 'DELAYED' then
-        live := live || k;
-      end if;
-    end loop;
-    if exists (select 1 from unnest(live) u(x) where verdicts[u.x] is not null) then
-      -- One member may not apply yet: the batch waits as a whole, nothing stored.
-      foreach k in array live loop
-        verdicts[k] := jsonb_build_object('id', muts -> (k - 1) -> 'id', 'status', 'DELAYED', 'replayed', false);
-      end loop;
-      continue;
-    end if;
-    foreach k in array live loop
-      verdicts[k] := kizuna.claim(muts -> (k - 1), c);
-    end loop;
+    -- An atomic batch: its members still to apply, in order, at the position of the first.
+    live := array(select o::integer from jsonb_array_elements(muts) with ordinality a(e, o)
+                   where e ->> 'batch' = batch_id order by o);
+    continue when live[1] <> i;
     live := array(select u.x from unnest(live) u(x) where verdicts[u.x] is null);
-
     failed := null;
     begin
       foreach k in array live loop

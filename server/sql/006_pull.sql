@@ -1,4 +1,4 @@
--- Kizuna SQL pack, file 6 of 9: pull.
+-- Kizuna SQL pack, file 7 of 10: pull.
 --
 -- Cursor grammar, version 1 (opaque to clients; only this file parses it):
 --

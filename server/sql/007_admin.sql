@@ -1,4 +1,4 @@
--- Kizuna SQL pack, file 7 of 9: retention (the reaper), status, epochs and privileges.
+-- Kizuna SQL pack, file 8 of 10: retention (the reaper), status, epochs and privileges.
 
 -- Prunes what is past retention, durably (plain committed deletes and counters: a restart keeps
 -- them). The tombstone part runs under the fence lock so the low watermark moves between two

@@ -1,4 +1,4 @@
--- Kizuna SQL pack, file 8 of 9: the operator's RPC.
+-- Kizuna SQL pack, file 9 of 10: the operator's RPC.
 --
 -- public.kizuna_admin(request jsonb) lets a service_role caller run maintenance without a database
 -- login: through the gateway (`POST /rest/v1/rpc/kizuna_admin`) or a hosted project's PostgREST.

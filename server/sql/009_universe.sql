@@ -1,4 +1,4 @@
--- Kizuna SQL pack, file 9 of 9: universe sync's source outbox.
+-- Kizuna SQL pack, file 10 of 10: universe sync's source outbox.
 --
 -- A database holding Kizuna tables (the source universe) copies the writes of selected tables into
 -- another Kizuna deployment (the target), for regional read models, a staging copy or an analytics

@@ -11,6 +11,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("003_registry.sql", include_str!("../sql/003_registry.sql")),
     ("004_fence.sql", include_str!("../sql/004_fence.sql")),
     ("005_push.sql", include_str!("../sql/005_push.sql")),
+    ("005_push_runs.sql", include_str!("../sql/005_push_runs.sql")),
     ("006_pull.sql", include_str!("../sql/006_pull.sql")),
     ("007_admin.sql", include_str!("../sql/007_admin.sql")),
     ("008_operator.sql", include_str!("../sql/008_operator.sql")),
