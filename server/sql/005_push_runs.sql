@@ -185,7 +185,7 @@ begin
     for r in
       select u.pos, m.e ->> 'op' as op, u.key, k.cols
         from unnest(positions, keys) u(pos, key)
-        cross join lateral (select muts -> (u.pos - 1) as e, coalesce(muts -> (u.pos - 1) -> 'columns', '{}') as c) m
+        cross join lateral (select muts -> (u.pos - 1) as e, coalesce(nullif(muts -> (u.pos - 1) -> 'columns', 'null'), '{}') as c) m
         cross join lateral (
           select string_agg(x, ',') as cols,  -- (jsonb keeps an object's keys in one order)
                  coalesce(bool_and(writable ? x) filter (where x <> t.pk_column or m.c ? t.pk_column), true) as writable
@@ -257,7 +257,7 @@ declare
 begin
   if op <> 'delete' then
     -- Each row as the per-mutation path writes it: the named columns and the canonical key.
-    rows_ := array(select coalesce(muts -> (positions[g.x] - 1) -> 'columns', '{}') || jsonb_build_object(t.pk_column, keys[g.x])
+    rows_ := array(select coalesce(nullif(muts -> (positions[g.x] - 1) -> 'columns', 'null'), '{}') || jsonb_build_object(t.pk_column, keys[g.x])
                      from generate_subscripts(positions, 1) g(x) order by g.x);
     cols := array(select k from jsonb_object_keys(rows_[1]) k order by k);
     assign := array(select c from unnest(cols) c where c <> t.pk_column);
