@@ -236,6 +236,43 @@ impl Inner {
         }
     }
 
+    /// `step` for a step that recomputes the rows of `keys` (a push's answer or failure, a dead
+    /// letter): the engine must hold their records. It holds every row it touched since it last
+    /// loaded, and those are not read again; the others (after a reload, or after another tab's
+    /// commit made it reload) are read in the step's own transaction first.
+    async fn settling_step<R>(
+        &self,
+        leader_only: bool,
+        keys: &[RowKey],
+        f: impl FnOnce(&mut Engine) -> Result<(Transaction, R), EngineError>,
+    ) -> Result<R, ClientError> {
+        let (txn, _) = self.begin_reading(leader_only, &[]).await?;
+        let missing: Vec<RowKey> = {
+            let engine = self.engine.borrow();
+            keys.iter().filter(|k| !engine.holds_row(k)).cloned().collect()
+        };
+        if !missing.is_empty() {
+            match txn.rows(&missing).await {
+                Ok(found) => self.engine.borrow_mut().remember(&missing, &found),
+                Err(e) => {
+                    txn.abort();
+                    return Err(e);
+                }
+            }
+        }
+        let stepped = f(&mut self.engine.borrow_mut());
+        match stepped {
+            Ok((tx, r)) => {
+                self.finish(txn, &tx).await?;
+                Ok(r)
+            }
+            Err(e) => {
+                txn.abort();
+                Err(e.into())
+            }
+        }
+    }
+
     pub async fn write(&self, writes: Vec<LocalWrite>) -> Result<(), ClientError> {
         let keys: Vec<RowKey> = writes.iter().map(|w| RowKey::new(w.table.clone(), w.pk.clone())).collect();
         let t = now();
@@ -245,20 +282,12 @@ impl Inner {
     pub async fn requeue_dead(&self, seq: i64) -> Result<(), ClientError> {
         let t = now();
         let keys = self.engine.borrow().dead_group_keys(seq);
-        self.step(false, &keys, |engine, current| {
-            engine.remember(&keys, current);
-            Ok((engine.requeue_dead(t, seq)?, ()))
-        })
-        .await
+        self.settling_step(false, &keys, |engine| Ok((engine.requeue_dead(t, seq)?, ()))).await
     }
 
     pub async fn discard_dead(&self, seq: i64) -> Result<(), ClientError> {
         let keys = self.engine.borrow().dead_group_keys(seq);
-        self.step(false, &keys, |engine, current| {
-            engine.remember(&keys, current);
-            Ok((engine.discard_dead(seq)?, ()))
-        })
-        .await
+        self.settling_step(false, &keys, |engine| Ok((engine.discard_dead(seq)?, ()))).await
     }
 
     /// Sends the next due slice, if any, and feeds the answer back.
@@ -274,26 +303,18 @@ impl Inner {
             .await?;
         let Some(request) = request else { return Ok(PushOutcome::Idle) };
         let answer = self.transport.rpc::<_, PushResponse>("kizuna_push", &request).await;
-        // What the answer settles: the rows of the slice's keys, read in the same transaction.
+        // What the answer settles: the rows of the slice's keys (read in its step unless held).
         let keys = self.engine.borrow().in_flight_keys();
         let t = now();
         match answer {
             Ok(response) => {
-                self.step(true, &keys, |engine, current| {
-                    engine.remember(&keys, current);
-                    Ok((engine.on_push_response(t, response), ()))
-                })
-                .await?;
+                self.settling_step(true, &keys, |engine| Ok((engine.on_push_response(t, response), ()))).await?;
                 Ok(PushOutcome::Answered)
             }
             Err(failure) => {
                 let class = ErrorClass::of(failure.status, Some(&failure.code));
                 let recorded = failure.clone();
-                self.step(true, &keys, |engine, current| {
-                    engine.remember(&keys, current);
-                    Ok((engine.on_push_failure(t, recorded), ()))
-                })
-                .await?;
+                self.settling_step(true, &keys, |engine| Ok((engine.on_push_failure(t, recorded), ()))).await?;
                 Ok(PushOutcome::Failed(failure, class))
             }
         }

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use crate::config::Config;
 use crate::delivery::PushState;
+use crate::pending::Outbox;
 use crate::prng::{Prng, mix_seed};
 use crate::pull::PullState;
 use crate::rebase::{replay, row_op};
@@ -22,8 +23,8 @@ use uuid::Uuid;
 pub struct Engine {
     pub(crate) config: Config,
     pub(crate) meta: Meta,
-    /// Live entries by `seq` (issue order).
-    pub(crate) outbox: BTreeMap<i64, OutboxEntry>,
+    /// Live entries by `seq` (issue order), and by key.
+    pub(crate) outbox: Outbox,
     /// Dead letters, sorted by `entry.seq`.
     pub(crate) dead: Vec<DeadLetter>,
     /// The `rows` records of tracked keys (keys with an outbox or dead entry) this engine was
@@ -60,7 +61,7 @@ impl Engine {
         let mut engine = Engine {
             config,
             meta: state.meta.clone(),
-            outbox: BTreeMap::new(),
+            outbox: Outbox::default(),
             dead: Vec::new(),
             rows: BTreeMap::new(),
             prng,
@@ -146,7 +147,7 @@ impl Engine {
     /// Every key with a pending write or a dead letter.
     pub fn tracked_keys(&self) -> Vec<RowKey> {
         let keys: std::collections::BTreeSet<RowKey> =
-            self.outbox.values().map(OutboxEntry::key).chain(self.dead.iter().map(|d| d.entry.key())).collect();
+            self.outbox.pending_keys().cloned().chain(self.dead.iter().map(|d| d.entry.key())).collect();
         keys.into_iter().collect()
     }
 
@@ -170,6 +171,12 @@ impl Engine {
         keys.into_iter().collect()
     }
 
+    /// True when this engine holds the record of `key` (it touched or was given it since it last
+    /// loaded): a step that recomputes the row need not read it.
+    pub fn holds_row(&self, key: &RowKey) -> bool {
+        self.rows.contains_key(key)
+    }
+
     /// The stored records of `keys` (read in the transaction of the step about to be taken; a key
     /// missing from `found` has no record), for the steps that recompute those rows.
     pub fn remember(&mut self, keys: &[RowKey], found: &BTreeMap<RowKey, RowRecord>) {
@@ -187,7 +194,7 @@ impl Engine {
 
     /// The pending entries for `key`, in seq order: what is replayed over its base.
     pub fn pending_for<'a>(&'a self, key: &'a RowKey) -> impl Iterator<Item = &'a OutboxEntry> + 'a {
-        self.outbox.values().filter(move |e| e.is_for(key))
+        self.outbox.for_key(key)
     }
 
     /// Tells the engine whether the network is up. While offline, `poll_push` and `poll_pull`
@@ -238,7 +245,7 @@ impl Engine {
 
     /// True when `key` has an outbox entry or a dead letter.
     pub fn is_tracked(&self, key: &RowKey) -> bool {
-        self.outbox.values().any(|e| e.is_for(key)) || self.dead.iter().any(|d| d.entry.is_for(key))
+        self.outbox.has_key(key) || self.dead.iter().any(|d| d.entry.is_for(key))
     }
 
     /// The mirrored record of `key`, or an empty one.

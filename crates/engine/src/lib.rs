@@ -49,6 +49,7 @@ mod hlc;
 mod inputs;
 pub mod memory;
 mod outbox;
+mod pending;
 pub mod outbox_policy;
 mod prng;
 mod pull;
