@@ -587,11 +587,13 @@ begin
         execute (select format('select %I.%I($1, $2)', n.nspname, p.proname)
                    from pg_proc p join pg_namespace n on n.oid = p.pronamespace where p.oid = t.gate)
           into ok using op, result;
-      exception when raise_exception then
+      exception when raise_exception or sqlstate 'KZV01' then
+        -- The gate's own words are the refusal's message (README: an app's RAISE speaks for itself).
+        get stacked diagnostics err_message = message_text;
         ok := false;
       end;
       if ok is not true then
-        raise exception 'validation gate refused the row' using errcode = 'KZV01';
+        raise exception '%', coalesce(err_message, kizuna.reason_message('VALIDATION_FAILED')) using errcode = 'KZV01';
       end if;
     end if;
 
@@ -606,7 +608,9 @@ begin
     return jsonb_strip_nulls(jsonb_build_object('id', m -> 'id', 'status', 'APPLIED', 'replayed', false,
                               'bucket', row_bucket, '_fresh', true, '_seq', m -> 'client_seq'));
   exception
-    when sqlstate 'KZV01' then return kizuna.rejected(m, 'VALIDATION_FAILED');
+    when sqlstate 'KZV01' then
+      get stacked diagnostics err_message = message_text;
+      return kizuna.rejected(m, 'VALIDATION_FAILED', err_message);
     when insufficient_privilege then return kizuna.rejected(m, 'RLS_DENIED');
     when undefined_column or datatype_mismatch or cannot_coerce or sqlstate '428C9' then
       return kizuna.rejected(m, 'SCHEMA_MISMATCH');

@@ -310,7 +310,8 @@ begin
     end if;
   exception when others then
     get stacked diagnostics err_state = returned_sqlstate;
-    if err_state <> 'KZR01' and (kizuna.is_server_fault(err_state) or left(err_state, 2) = 'KZ') then
+    -- KZV01 is a gate refusing by raising (003_registry.sql): a refusal of one row, found one by one.
+    if err_state not in ('KZR01', 'KZV01') and (kizuna.is_server_fault(err_state) or left(err_state, 2) = 'KZ') then
       raise;
     end if;
     -- Rolled back: split, or apply one by one.

@@ -212,6 +212,7 @@ async fn a_gate_may_refuse_by_raising_and_a_row_one_may_read_but_not_write_comes
     let (alice, bob) = (Caller::user(ALICE), Caller::user("b0b00000-0000-4000-8000-000000000002"));
     let r = db.push(&alice, push_request(DEVICE, vec![mutation(1, "todos", "t1", "upsert", json!({"title": "forbidden"}))])).await.unwrap();
     assert_eq!(statuses(&r), ["REJECTED:VALIDATION_FAILED"], "a plain RAISE in a gate is a refusal, not a server fault");
+    assert_eq!(r["verdicts"][0]["message"], "that title is not allowed", "the gate's own words reach the writer");
     assert!(r["verdicts"][0]["server_row"].is_null());
 
     db.push(&bob, push_request("c0000000-0000-4000-8000-0000000000b1", vec![mutation(1, "todos", "shared-1", "upsert", json!({"title": "shared"}))]))

@@ -157,6 +157,35 @@ async fn a_refused_row_in_a_long_run_leaves_the_others_applied() {
 }
 
 #[tokio::test]
+async fn a_gate_that_refuses_by_raising_in_a_run_refuses_that_row_in_its_own_words() {
+    let db = TestDb::with_todos().await;
+    let alice = Caller::user(ALICE);
+    // Immutable, so the slice goes in runs; KZV01 is the registry's documented way to say no.
+    db.exec(
+        "create function public.todos_words_gate(op text, row_ jsonb) returns boolean language plpgsql immutable as $$
+         begin
+           if row_ ->> 'title' like 'bad%' then raise exception 'a title may not start with bad' using errcode = 'KZV01'; end if;
+           return true;
+         end $$;
+         update kizuna.synced_tables set gate = 'public.todos_words_gate(text, jsonb)' where name = 'todos';",
+    )
+    .await;
+    assert!(run_ops(&db, "todos").await.contains(&"upsert".to_string()), "the table still takes runs");
+    let slice: Vec<Value> = (1..=16)
+        .map(|i| {
+            let title = if i == 11 { "bad row".to_string() } else { format!("row {i}") };
+            mutation(i, "todos", &format!("r{i}"), "upsert", json!({"title": title}))
+        })
+        .collect();
+    let response = db.push(&alice, push_request(ALICE_PHONE, slice)).await.unwrap();
+    let mut expected = vec!["APPLIED".to_string(); 16];
+    expected[10] = "REJECTED:VALIDATION_FAILED".into();
+    assert_eq!(statuses(&response), expected, "one refusal, not a failed request");
+    assert_eq!(response["verdicts"][10]["message"], "a title may not start with bad");
+    assert_eq!(db.one::<i64>("select count(*) from public.todos").await, 15);
+}
+
+#[tokio::test]
 async fn rules_that_read_other_rows_see_the_slice_one_write_at_a_time() {
     let db = TestDb::new().await;
     // At most three rows per owner, checked by a policy that counts them.
