@@ -211,6 +211,8 @@ create table if not exists kizuna.column_versions (
   writer text,
   primary key (tbl, pk, col)
 );
+-- The device whose push wrote the column (null: plain SQL): its own value is no conflict for it.
+alter table kizuna.column_versions add column if not exists client uuid;
 
 -- Client registry: each client id belongs to one caller; last_mutation_id is the response field,
 -- pruned_seq the highest client_seq whose verdict the reaper removed (the SKIPPED test).

@@ -83,12 +83,14 @@ begin
         entered_seq = case when c.deleted and not excluded.deleted then excluded.seq else c.entered_seq end;
 
   -- Per-column versions (versioned tables): the last write of each column in this transaction.
-  insert into kizuna.column_versions as v (tbl, pk, col, seq, hlc, writer)
-  select distinct on (p.tbl, p.pk, c.col) p.tbl, p.pk, c.col, s, coalesce(p.hlc, kizuna.hlc_now()), p.writer
+  insert into kizuna.column_versions as v (tbl, pk, col, seq, hlc, writer, client)
+  select distinct on (p.tbl, p.pk, c.col) p.tbl, p.pk, c.col, s, coalesce(p.hlc, kizuna.hlc_now()), p.writer,
+         nullif(current_setting('kizuna.client', true), '')::uuid  -- one push, one device (kizuna_push)
     from kizuna.pending p cross join lateral unnest(p.changed_cols) as c(col)
    where p.xid = x and p.changed_cols is not null
    order by p.tbl, p.pk, c.col, p.id desc
-  on conflict (tbl, pk, col) do update set seq = excluded.seq, hlc = excluded.hlc, writer = excluded.writer;
+  on conflict (tbl, pk, col) do update set seq = excluded.seq, hlc = excluded.hlc, writer = excluded.writer,
+                                           client = excluded.client;
 
   -- Conflict-journal entries recorded by this transaction learn its number.
   update kizuna.conflicts set recorded_seq = s, winner_seq = coalesce(winner_seq, s)

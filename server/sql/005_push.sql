@@ -283,10 +283,10 @@ create or replace function kizuna.is_universe_source() returns boolean language 
                   and nullif(current_setting('request.jwt.claims', true), '')::jsonb ? 'kizuna_universe', false)
 $$;
 
--- Column versions of a key: {"col": {"seq": n, "hlc": "...", "writer": "..."}}.
+-- Column versions of a key: {"col": {"seq": n, "hlc": "...", "writer": "...", "client": "..."}}.
 create or replace function kizuna.versions_of(table_name text, key text) returns jsonb
 language sql stable security definer set search_path = pg_catalog as $$
-  select coalesce(jsonb_object_agg(v.col, jsonb_build_object('seq', v.seq, 'hlc', v.hlc, 'writer', v.writer)), '{}')
+  select coalesce(jsonb_object_agg(v.col, jsonb_build_object('seq', v.seq, 'hlc', v.hlc, 'writer', v.writer, 'client', v.client)), '{}')
     from kizuna.column_versions v where v.tbl = table_name and v.pk = key
 $$;
 
@@ -533,8 +533,10 @@ begin
         assign := assign || col;
         if t.journal and current_row is not null and ver is not null
            and (m ->> 'read_seq')::bigint < (ver ->> 'seq')::bigint
+           and (ver ->> 'client') is distinct from client::text
            and (current_row -> col) is distinct from (cols -> col) then
-          -- A value the writer had not seen is overwritten: it loses.
+          -- A value the writer had not seen is overwritten: it loses. A device has seen the values
+          -- its own pushes wrote, also those above the checkpoint it wrote on.
           pending_journal := pending_journal || jsonb_build_object('col', col, 'loser', current_row -> col,
             'winner', cols -> col, 'loser_seq', ver -> 'seq', 'winner_seq', null,
             'loser_by', ver ->> 'writer', 'winner_by', who);
@@ -738,6 +740,8 @@ begin
   perform kizuna.check_push_request(request);
   who := kizuna.caller();
   c := kizuna.touch_client((request ->> 'client_id')::uuid, true);
+  -- The fence stamps this device on the column versions the push writes (004_fence.sql).
+  perform set_config('kizuna.client', c.client_id::text, true);
   muts := request -> 'mutations';
   n := jsonb_array_length(muts);
   verdicts := kizuna.prechecks(muts, c);

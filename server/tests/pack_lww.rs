@@ -87,6 +87,35 @@ async fn arrival_mode_journal_keeps_the_value_a_stale_writer_overwrote() {
 }
 
 #[tokio::test]
+async fn a_device_overwriting_its_own_value_above_its_checkpoint_is_no_conflict() {
+    let db = TestDb::new().await;
+    owned_table(&db, "docs", ", journal => true").await;
+    let alice = Caller::user(ALICE);
+    // The phone creates a card and edits it before any pull brought its own insert back: the edit
+    // is made on checkpoint 0, below the insert, yet the phone has seen the value it overwrites.
+    let insert = db.push(&alice, push_request(PHONE, vec![mutation(1, "docs", "d1", "upsert", json!({"title": "draft", "body": "b"}))])).await.unwrap();
+    let edit = db.push(&alice, push_request(PHONE, vec![
+        with(mutation(2, "docs", "d1", "patch", json!({"title": "final"})), "read_seq", json!(0)),
+    ])).await.unwrap();
+    assert_eq!(statuses(&edit), ["APPLIED"]);
+    assert!(edit["verdicts"][0]["seq"].as_i64() > insert["verdicts"][0]["seq"].as_i64());
+    assert_eq!(db.one::<i64>("select count(*) from kizuna.conflicts").await, 0, "a device's own value is no conflict");
+
+    // The laptop, same user, did not see the phone's title: that one is a conflict.
+    db.push(&alice, push_request(LAPTOP, vec![
+        with(mutation(1, "docs", "d1", "patch", json!({"title": "laptop"})), "read_seq", json!(0)),
+    ])).await.unwrap();
+    let journal: Value = db.one("select jsonb_agg(jsonb_build_object('loser', loser, 'winner', winner)) from kizuna.conflicts").await;
+    assert_eq!(journal, json!([{"loser": "final", "winner": "laptop"}]));
+    // A plain SQL write is no device's: a device overwriting it unseen journals it.
+    db.exec("update public.docs set body = 'from sql' where id = 'd1'").await;
+    db.push(&alice, push_request(PHONE, vec![
+        with(mutation(3, "docs", "d1", "patch", json!({"body": "phone"})), "read_seq", json!(0)),
+    ])).await.unwrap();
+    assert_eq!(db.one::<i64>("select count(*) from kizuna.conflicts").await, 2);
+}
+
+#[tokio::test]
 async fn hlc_mode_orders_each_column_by_the_clamped_origin_clock() {
     let db = TestDb::new().await;
     owned_table(&db, "notes", ", conflict_mode => 'hlc', journal => true").await;
