@@ -124,6 +124,9 @@ pub async fn call(
                 return Err(ApiError::from_db(&e, claims.role == Role::Anon));
             }
             Err(Failure::Pool(message)) => return Err(ApiError::unavailable(message)),
+            Err(Failure::Refused { code, message }) => {
+                return Err(ApiError::refused(&code, message, claims.role == Role::Anon))
+            }
             Ok(value) => return Ok(value),
         }
     }
@@ -132,6 +135,8 @@ pub async fn call(
 enum Failure {
     Pool(String),
     Db(tokio_postgres::Error),
+    /// Refused at commit, in the pack's words: SQLSTATE and message.
+    Refused { code: String, message: String },
 }
 
 impl From<tokio_postgres::Error> for Failure {
@@ -172,7 +177,22 @@ async fn call_once(
     let statement = tx.prepare_cached(rpc.sql()).await?;
     let row = tx.query_one(&statement, &[&request]).await?;
     let answer: Option<String> = row.try_get(0)?;
-    tx.commit().await?;
+    if let Err(e) = tx.commit().await {
+        return Err(match e.as_db_error() {
+            // A constraint checked at commit (DEFERRABLE INITIALLY DEFERRED) refuses the whole
+            // request. Its text and detail can carry other rows' values and the schema's names, so
+            // the caller hears the pack's own sentence for the same refusal of one mutation.
+            Some(db) if db.code().code().starts_with("23") => {
+                let code = db.code().code().to_owned();
+                let words = client
+                    .query_one("select kizuna.refusal_message($1, '', $2)", &[&code, &db.constraint()])
+                    .await?
+                    .try_get(0)?;
+                Failure::Refused { code, message: words }
+            }
+            _ => Failure::Db(e),
+        });
+    }
     Ok(answer.unwrap_or_else(|| "null".to_owned()))
 }
 

@@ -129,6 +129,11 @@ impl ApiError {
         }
     }
 
+    /// A database refusal told in the pack's words, with the status PostgREST gives its SQLSTATE.
+    pub fn refused(code: &str, message: String, anon: bool) -> ApiError {
+        ApiError::new(status_for_sqlstate(code, anon), code, message)
+    }
+
     pub fn code(&self) -> &str {
         &self.body.code
     }

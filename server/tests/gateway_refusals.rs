@@ -326,3 +326,31 @@ async fn refuses_unknown_endpoints(server: &TestServer) {
     assert_eq!(unknown.status(), 404);
     assert_eq!(unknown.json::<Value>().await.unwrap()["code"], "KZG04");
 }
+
+#[tokio::test]
+async fn a_constraint_checked_at_commit_refuses_in_the_packs_words_and_shows_no_other_values() {
+    let db = TestDb::with_todos().await;
+    // A foreign key checked at commit (as the demo's board has): it fails the whole request at
+    // commit, where PostgreSQL's text names the table it refers to and the key's value.
+    db.exec(
+        "create table public.todo_lists (id text primary key);
+         grant select, references on public.todo_lists to authenticated;
+         alter table public.todos add column list text
+           references public.todo_lists (id) deferrable initially deferred;",
+    )
+    .await;
+    let server = TestServer::start(db.url(), &[]).await;
+    let before = footprint(&db).await;
+    let id = "66666666-6666-4666-8666-666666666666";
+    let mut request = push_request(id, 1);
+    request["mutations"][0]["columns"]["list"] = json!("secret-list-name");
+    let (status, body) = server.rpc("kizuna_push", Some(&server.token(USER)), &request).await;
+    assert_refused("a deferred foreign key", (status, body.clone()), 409, "23503");
+    assert_eq!(
+        body["message"], "a row it refers to does not exist, or others refer to it (todos_list_fkey)",
+        "the pack's sentence for the same refusal of one mutation: {body}"
+    );
+    assert!(body.get("details").map_or(true, Value::is_null), "no detail with the key's value: {body}");
+    assert!(!body.to_string().contains("todo_lists"), "no other table's name: {body}");
+    assert_eq!(footprint(&db).await, before, "the refused request wrote nothing");
+}

@@ -135,7 +135,7 @@ test("a poisoned write dead-letters after five refusals while other writes flow;
   await page.locator('.scenario .step[data-step="0"]').click();
   const refused = one.outbox.locator('.write[data-state="refused"]');
   await refused.waitFor({ timeout: 30000 });
-  assert.match(await text(refused), /“Update the FAQ”: assignee → Dave \(left the team\)\s*refused [1-4] of 5 times \(23503: insert or update on table "board_cards" violates foreign key constraint/);
+  assert.match(await text(refused), /“Update the FAQ”: assignee → Dave \(left the team\)\s*refused [1-4] of 5 times \(23503: a row it refers to does not exist, or others refer to it \(board_cards_assignee_fkey\)\)/);
   assert.match(await text(one.outbox.locator('.write[data-state="waiting"]')), /“Translate the FAQ”: done → “true”\s*waiting behind #\d+/);
   // Device 2's edit is not held up: it is applied while device 1's poisoned write is retried.
   await two.card("Translate the FAQ").getByText("Spanish first").waitFor();
@@ -145,7 +145,7 @@ test("a poisoned write dead-letters after five refusals while other writes flow;
 
   await page.locator('.scenario .state[data-tone="done"]').waitFor({ timeout: 60000 });
   const letter = one.outbox.locator(".write.dead-letter");
-  assert.match(await text(letter), /“Update the FAQ”: assignee → Dave \(left the team\)\s*refused 5 times \(23503: insert or update on table "board_cards" violates foreign key constraint/);
+  assert.match(await text(letter), /“Update the FAQ”: assignee → Dave \(left the team\)\s*refused 5 times \(23503: a row it refers to does not exist, or others refer to it \(board_cards_assignee_fkey\)\)/);
   await one.feed.filter({ hasText: "Dead letter after 5 refusals" }).first().waitFor();
   assert.equal(await one.card("Translate the FAQ").locator("input.tick").isChecked(), true);
   assert.equal(sql("select done from board_cards where title = 'Translate the FAQ'"), "t", "the edit behind it went");
