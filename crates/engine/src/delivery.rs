@@ -50,9 +50,13 @@ impl InFlight {
 }
 
 impl Engine {
-    /// The next push request, if one is due: never while one is in flight or offline. The
-    /// transaction marks the slice's entries `sent` with one more attempt; persist it before
-    /// sending (so a reload cannot coalesce away a write the server may hold).
+    /// The next push request, if one is due: never while one is in flight or offline. The slice's
+    /// entries are marked `sent` with one more attempt. The transaction writes the mark of the
+    /// latest-only entries, the only ones a later write may coalesce into; persist it before
+    /// sending, so that a reload cannot coalesce away a write the server may hold. The others'
+    /// marks are written with their next change (a refusal, a retry) or leave with them when they
+    /// are applied: rewriting every entry of every slice cost the push one more store transaction
+    /// of the slice's whole size, and a reload during the request only forgets one attempt count.
     pub fn poll_push(&mut self, now: Millis) -> Option<(PushRequest, Transaction)> {
         if !self.online || self.push.in_flight.is_some() || self.storage_held(now) {
             return None;
@@ -68,7 +72,9 @@ impl Engine {
             entry.sent = true;
             entry.attempts += 1;
             mutations.push(to_mutation(entry));
-            tx.ops.push(StoreOp::PutOutbox(entry.clone()));
+            if entry.latest_only {
+                tx.ops.push(StoreOp::PutOutbox(entry.clone()));
+            }
         }
         self.push.in_flight = Some(InFlight { units });
         let request = PushRequest { protocol: PROTOCOL_VERSION, client_id: self.meta.client_id, mutations };

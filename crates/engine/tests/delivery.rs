@@ -83,7 +83,7 @@ fn lost_ack_retry_gives_one_effect() {
     h.server.lose_next_ack = true;
     assert!(h.push_step());
     assert_eq!(h.engine.status().pending, 1);
-    let entry = h.store.outbox[&1].clone();
+    let entry = h.engine.outbox().find(|e| e.seq == 1).cloned().expect("still pending");
     assert_eq!((entry.sent, entry.attempts, entry.permanent_failures), (true, 1, 0));
     h.drain(60_000);
     assert_eq!(h.server.effects.values().copied().collect::<Vec<_>>(), vec![1]);

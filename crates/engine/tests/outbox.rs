@@ -110,6 +110,27 @@ fn coalescing_never_replaces_a_sent_entry() {
     assert_eq!(h.server.applied_order, vec![1, 3]);
 }
 
+/// A latest-only entry's `sent` mark is written before its request goes out, so a reload while
+/// the answer is lost still never coalesces into it; a plain entry's send writes nothing (only
+/// latest-only entries are ever coalesced into).
+#[test]
+fn a_sent_mark_survives_a_reload_where_coalescing_could_read_it() {
+    let mut h = Harness::new(latest_only_config());
+    h.write("profiles", "u1", Op::Patch, Some(json!({"name": "A"})));
+    h.write("todos", "t1", Op::Upsert, Some(json!({"title": "x"})));
+    let (request, tx) = h.engine.poll_push(h.now).unwrap();
+    assert_eq!(request.mutations.len(), 2);
+    let marked: Vec<i64> = tx.ops.iter().filter_map(|op| match op { StoreOp::PutOutbox(e) => Some(e.seq), _ => None }).collect();
+    assert_eq!(marked, vec![1], "only the latest-only entry's mark is written");
+    h.store.apply(tx);
+    h.server.push(h.now, request).unwrap(); // applied, the answer lost with the tab
+    h.reload();
+    h.write("profiles", "u1", Op::Patch, Some(json!({"name": "B"})));
+    assert_eq!(h.store.outbox.len(), 3, "the reloaded tab queues behind the sent entry instead of replacing it");
+    h.drain(60_000);
+    assert_eq!(h.server.row("profiles", "u1"), Some(row(json!({"name": "B"}))));
+}
+
 /// Coalescing is opt-in (table config or per-write override), needs both writes latest-only,
 /// and never crosses an atomic batch.
 #[test]
