@@ -224,6 +224,11 @@ impl Inner {
     ) -> Result<R, ClientError> {
         let (txn, current) = self.begin_reading(leader_only, keys).await?;
         let stepped = f(&mut self.engine.borrow_mut(), &current);
+        self.conclude(txn, stepped).await
+    }
+
+    /// Writes what a step returned in its transaction, or, when the engine refused it, writes nothing.
+    async fn conclude<R>(&self, txn: WriteTxn<'_>, stepped: Result<(Transaction, R), EngineError>) -> Result<R, ClientError> {
         match stepped {
             Ok((tx, r)) => {
                 self.finish(txn, &tx).await?;
@@ -261,16 +266,7 @@ impl Inner {
             }
         }
         let stepped = f(&mut self.engine.borrow_mut());
-        match stepped {
-            Ok((tx, r)) => {
-                self.finish(txn, &tx).await?;
-                Ok(r)
-            }
-            Err(e) => {
-                txn.abort();
-                Err(e.into())
-            }
-        }
+        self.conclude(txn, stepped).await
     }
 
     pub async fn write(&self, writes: Vec<LocalWrite>) -> Result<(), ClientError> {

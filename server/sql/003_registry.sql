@@ -114,10 +114,14 @@ begin
 end
 $$;
 
+-- TRUNCATE fires no row triggers, so it would bypass what a registration captures. Arguments, for
+-- a registration other than sync's (universe sync, 009): what the table is, what TRUNCATE would
+-- bypass, the function that unregisters it.
 create or replace function kizuna.refuse_truncate() returns trigger language plpgsql as $$
 begin
-  raise exception 'kizuna: % is a synced table; TRUNCATE would bypass sync (use DELETE, or kizuna.unregister_table first)',
-    tg_table_name using errcode = 'KZP05';
+  raise exception 'kizuna: % is %; TRUNCATE would bypass % (use DELETE, or % first)', tg_table_name,
+    coalesce(tg_argv[0], 'a synced table'), coalesce(tg_argv[1], 'sync'), coalesce(tg_argv[2], 'kizuna.unregister_table')
+    using errcode = 'KZP05';
 end
 $$;
 

@@ -170,17 +170,11 @@ begin
                   for each row execute function kizuna.%I()', table_rel, 'universe_capture_' || oid_);
   -- TRUNCATE fires no row triggers: it would bypass the outbox.
   execute format('create or replace trigger kizuna_universe_no_truncate before truncate on %s
-                  for each statement execute function kizuna.refuse_universe_truncate()', table_rel);
+                  for each statement execute function kizuna.refuse_truncate(%L, %L, %L)', table_rel,
+                 'registered for universe sync', 'its outbox', 'kizuna.unregister_universe_table');
   execute format('revoke all on function kizuna.%I(%s), kizuna.%I(%s), kizuna.%I() from public',
                  image_fn, table_rel, after_fn, table_rel, 'universe_capture_' || oid_);
   update kizuna.universe_tables set compiled_version = kizuna.universe_compile_version() where rel = table_rel;
-end
-$$;
-
-create or replace function kizuna.refuse_universe_truncate() returns trigger language plpgsql as $$
-begin
-  raise exception 'kizuna: % is registered for universe sync; TRUNCATE would bypass its outbox (use DELETE, or kizuna.unregister_universe_table first)',
-    tg_table_name using errcode = 'KZP05';
 end
 $$;
 
