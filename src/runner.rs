@@ -376,15 +376,7 @@ impl Inner {
         let planned = match step {
             PullStep::Stage { tx, next } | PullStep::Restart { tx, next } => Ok((tx, Err(next))),
             PullStep::Abandoned { tx } => Ok((tx, Ok(Flow::Abandoned))),
-            PullStep::Commit(plan) => {
-                // The closing page is in: say so before the run's slow part, writing it.
-                if let Some(progress) = plan.progress() {
-                    self.deliver(std::slice::from_ref(&progress));
-                    // The other tabs hear it too; nothing was committed, so the version stays.
-                    self.tabs.announce(self.version.get(), &[progress], None);
-                }
-                self.write_run(&txn, plan).await.map(|tx| (tx, Ok(Flow::Committed)))
-            }
+            PullStep::Commit(plan) => self.write_run(&txn, plan).await.map(|tx| (tx, Ok(Flow::Committed))),
         };
         // After the step: where the run went (`Ok`), or the next page to fetch (`Err`).
         let planned: Result<(Transaction, Result<Flow, PullRequest>), ClientError> = planned;

@@ -101,8 +101,7 @@ export class Device {
   heard(name, event) {
     // A run of more than one page gets the progress bar; a one-page run is over as it starts.
     if (name === "pullProgress" && ((this.progress && !this.progress.done) || event.total === null || event.entries < event.total)) {
-      // Done only when the checkpoint commits: after the closing page the device still saves the run.
-      this.progress = { ...event, done: false };
+      this.progress = { ...event, done: event.total !== null && event.entries >= event.total };
     }
     if (name === "checkpoint" && this.progress) this.progress.done = true;
     if (name === "conflicts") {

@@ -18,14 +18,6 @@ export function renderStatus(root, device) {
   root.replaceChildren(h("h3", {}, "Sync"), h("dl", {}, facts.map(([k, v, name]) => [h("dt", {}, k), h("dd", { class: name }, v)])));
 }
 
-// Pulling page by page; then, the closing page in, saving the run as one checkpoint (the slow part
-// of a large first sync); then done.
-function label(p, percent) {
-  if (p.done) return `✓ Pulled ${count(p.entries)} entries`;
-  if (p.total !== null && p.entries >= p.total) return `Saving ${count(p.entries)} entries on this device…`;
-  return `Pulling ${count(p.entries)} of ${p.total === null ? "?" : count(p.total)} entries (${percent}%)`;
-}
-
 export function renderProgress(root, device) {
   const p = device.progress;
   root.hidden = !p;
@@ -34,6 +26,6 @@ export function renderProgress(root, device) {
   const percent = total ? Math.floor((100 * p.entries) / total) : 0;
   root.replaceChildren(
     h("progress", { max: total || 1, value: p.entries, "aria-label": "Pull progress" }),
-    h("span", { class: "label" }, label(p, percent)));
+    h("span", { class: "label" }, p.done ? `✓ Pulled ${count(p.entries)} entries` : `Pulling ${count(p.entries)} of ${p.total === null ? "?" : count(p.total)} entries (${percent}%)`));
   root.dataset.done = p.done ? "yes" : "no";
 }

@@ -129,18 +129,9 @@ impl CommitPlan {
         Some(row_op(record))
     }
 
-    /// The run's progress now that its closing page is in: whole, so its total is what it
-    /// delivered (100%). Deliver it as the commit begins, before `finish`: writing a large run is
-    /// its slow part, and an app showing progress should say so rather than sit at the last page's
-    /// figure. A run that brought nothing in one page (every poll of an idle app) has none.
-    pub fn progress(&self) -> Option<Event> {
-        (self.run.entries > 0 || self.run.pages > 1)
-            .then(|| Event::PullProgress { pages: self.run.pages, entries: self.run.entries, total: Some(self.run.entries) })
-    }
-
     /// Completes the commit: the closing page's rows; on a rehydrate the keys only the outbox
     /// or the dead store still hold (base `None`, pending writes replayed, so unsent edits
-    /// stay); the new checkpoint in `PutMeta`; `ClearStaging`; then the events
+    /// stay); the new checkpoint in `PutMeta`; `ClearStaging`; then the events `PullProgress`,
     /// `Change { Remote }` (the delivered keys; after a rehydrate re-render everything),
     /// `Conflicts`, `Checkpoint`, `Rehydrated`.
     pub fn finish(mut self, engine: &mut Engine, now: Millis) -> Transaction {
@@ -185,6 +176,11 @@ impl CommitPlan {
         tx.ops.push(StoreOp::ClearStaging);
         engine.end_run_committed(now);
 
+        // The run is whole: its total is what it delivered, so progress ends at 100%. A run that
+        // brought nothing in one page (every poll of an idle app) has no progress to show.
+        if self.run.entries > 0 || self.run.pages > 1 {
+            tx.events.push(Event::PullProgress { pages: self.run.pages, entries: self.run.entries, total: Some(self.run.entries) });
+        }
         if !self.changed.is_empty() || !self.changed_tables.is_empty() {
             tx.events.push(Event::Change {
                 keys: self.changed.into_iter().collect(),

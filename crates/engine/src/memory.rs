@@ -100,8 +100,6 @@ impl MemoryStore {
     /// Runs a commit plan as one IndexedDB transaction would: staged pages read back one at a
     /// time, then the plan's closing transaction.
     pub fn commit(&mut self, mut plan: CommitPlan, engine: &mut Engine, now: Millis) {
-        // As the adapter does: the closing page's progress is told as the commit begins.
-        self.events.extend(plan.progress());
         if plan.rehydrate() {
             // As the adapter does: the rows of pending writes, read before they are cleared.
             let keys = engine.tracked_keys();
