@@ -72,7 +72,11 @@ self_test_failed=$(grep -c '^planted bug self-test: failed' "$log" || true)
 passed=$(( $(count 'test result: [a-zA-Z]+\. [0-9]+ passed') + $(count '^# pass [0-9]+') + histories - violating + self_test_passed ))
 failed=$(( $(count '[0-9]+ failed;') + $(count '^# fail [0-9]+') + violating + self_test_failed ))
 echo
-echo "make test: $passed passed, $failed failed"
+# Ignored tests are known bugs kept as reproducers (each says which); they are named, never hidden.
+ignored=$(count '[0-9]+ ignored;')
+known=""
+if [ "$ignored" -gt 0 ]; then known=", $ignored ignored (known bugs kept as reproducers: grep -rn 'ignore = ' server/tests)"; fi
+echo "make test: $passed passed, $failed failed$known"
 if [ ${#failed_runners[@]} -gt 0 ]; then
   printf 'failed runner: %s\n' "${failed_runners[@]}"
   exit 1
