@@ -49,6 +49,7 @@ language plpgsql security definer set search_path = pg_catalog as $$
 declare
   x xid8 := pg_current_xact_id();
   s bigint;
+  pusher uuid := nullif(current_setting('kizuna.client', true), '')::uuid;  -- one push, one device (kizuna_push)
 begin
   if not exists (select 1 from kizuna.tx_marker where xid = x) then
     return null;  -- already folded by an earlier firing in this transaction
@@ -84,8 +85,7 @@ begin
 
   -- Per-column versions (versioned tables): the last write of each column in this transaction.
   insert into kizuna.column_versions as v (tbl, pk, col, seq, hlc, writer, client)
-  select distinct on (p.tbl, p.pk, c.col) p.tbl, p.pk, c.col, s, coalesce(p.hlc, kizuna.hlc_now()), p.writer,
-         nullif(current_setting('kizuna.client', true), '')::uuid  -- one push, one device (kizuna_push)
+  select distinct on (p.tbl, p.pk, c.col) p.tbl, p.pk, c.col, s, coalesce(p.hlc, kizuna.hlc_now()), p.writer, pusher
     from kizuna.pending p cross join lateral unnest(p.changed_cols) as c(col)
    where p.xid = x and p.changed_cols is not null
    order by p.tbl, p.pk, c.col, p.id desc

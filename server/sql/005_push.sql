@@ -589,8 +589,9 @@ begin
         execute (select format('select %I.%I($1, $2)', n.nspname, p.proname)
                    from pg_proc p join pg_namespace n on n.oid = p.pronamespace where p.oid = t.gate)
           into ok using op, result;
-      exception when raise_exception or sqlstate 'KZV01' then
-        -- The gate's own words are the refusal's message (README: an app's RAISE speaks for itself).
+      exception when raise_exception then
+        -- A plain RAISE's words are the refusal's message (README: an app's RAISE speaks for
+        -- itself); a gate raising KZV01 reaches the handler below with its own words.
         get stacked diagnostics err_message = message_text;
         ok := false;
       end;
