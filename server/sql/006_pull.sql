@@ -4,18 +4,18 @@
 --
 --   cursor     = checkpoint | position | sealed
 --   checkpoint = "kz1." epoch "." from                       ; a run ended here: the next run starts after `from`
---   position   = "kz1." epoch "." from "." horizon "." seq "." hex(table) "." hex(pk) "." hex(bucket)
+--   position   = "kz1." epoch "." from "." start "." seq "." hex(table) "." hex(pk) "." hex(bucket)
 --                                                            ; inside a run: resume after this entry
---   sealed     = "kz1." epoch "." from "." horizon ".x" hex(nonce) "." hex(box)
+--   sealed     = "kz1." epoch "." from "." start ".x" hex(nonce) "." hex(box)
 --                                                            ; resume after an entry the caller may not see
 --   box        = the bytes of seq "." hex(table) "." hex(pk) "." hex(bucket), XORed with a keystream of
 --                sha256(kizuna.state.cursor_key || nonce || int4 block number) blocks; nonce: 16 random bytes
 --   epoch      = 16 lowercase hex digits                      ; kizuna.state.epoch of the server that issued it
---   from, horizon, seq = decimal digits
+--   from, start, seq = decimal digits
 --   hex(x)     = lowercase hex of x's UTF-8 bytes (possibly empty)
 --
--- A run starts from null (from = 0) or from a checkpoint; every position cursor carries that start
--- and the horizon of the page that issued it. Each page reads entries `position < (seq, table, pk,
+-- A run starts from null (from = 0) or from a checkpoint; every position cursor carries that `from`
+-- and the run's `start` (the horizon of its first page). Each page reads entries `position < (seq, table, pk,
 -- bucket) <= horizon`, bytewise, where horizon is the largest commit number visible to the page's
 -- own snapshot (kizuna.horizon(), which the fence keeps): the horizon advances from page to page.
 -- The page that reaches the end has done: true and the checkpoint cursor "kz1.<epoch>.<horizon>".
@@ -41,8 +41,10 @@
 -- Either way the client discards its local snapshot and pulls again from null.
 --
 -- Rows are rendered through the caller's SELECT policy (invisible ones are skipped, the cursor still
--- moves past them). Tombstones go only to runs from a checkpoint (a client pulling from null has
--- nothing to delete) and only when the caller's SELECT policy renders the image the row left with.
+-- moves past them). Tombstones go to runs from a checkpoint, and to a run from null only for the
+-- deletes committed after its first page (its horizon advances, so it may have delivered the row
+-- already; at its first horizon it has nothing to delete), and only when the caller's SELECT policy
+-- renders the image the row left with.
 --
 -- Cost per request. A page examines at most kizuna.pull_budget(limit) candidate entries, rendered
 -- a chunk at a time through the table's primary-key index, whatever the caller may see: a page
@@ -118,7 +120,10 @@ language sql stable security definer set search_path = pg_catalog as $$
 $$;
 
 -- The next candidate entries of a run, in order, from the requested buckets (rows not yet rendered).
-create or replace function kizuna.page_candidates(buckets text[], horizon bigint, with_tombstones boolean,
+drop function if exists kizuna.page_candidates(text[], bigint, boolean, bigint, text, text, text, integer);
+-- tombstones_after: tombstones with a greater seq are candidates (see kizuna_pull: a run from a
+-- checkpoint gets every one after it, a run from null those its own pages may have outrun).
+create or replace function kizuna.page_candidates(buckets text[], horizon bigint, tombstones_after bigint,
                                                   after_seq bigint, after_tbl text, after_pk text,
                                                   after_bucket text, n integer)
 returns setof kizuna.changes language plpgsql stable security definer set search_path = pg_catalog as $$
@@ -129,7 +134,7 @@ begin
     from (select distinct b from unnest(buckets) b) rb
    cross join lateral (
      select * from kizuna.changes c
-      where c.bucket = rb.b and c.seq <= horizon and (with_tombstones or not c.deleted)
+      where c.bucket = rb.b and c.seq <= horizon and (not c.deleted or c.seq > tombstones_after)
         and (c.seq, c.tbl, c.pk) >= (after_seq, after_tbl, after_pk)
       order by c.seq, c.tbl, c.pk
       limit n + 1) c
@@ -306,6 +311,7 @@ declare
   cur text;
   parts text[];
   run_from bigint;
+  run_start bigint;  -- the horizon of the run's first page, carried by its cursors
   horizon bigint;
   pos_seq bigint;
   pos_tbl text := '';
@@ -348,6 +354,7 @@ begin
   if cur is null then
     run_from := 0;
     horizon := st.horizon;
+    run_start := horizon;
     pos_seq := 1;
     first_page := true;
   else
@@ -370,10 +377,11 @@ begin
     run_from := parts[3]::bigint;
     if cardinality(parts) = 3 then
       horizon := st.horizon;
+      run_start := horizon;
       pos_seq := run_from + 1;  -- with empty names: every entry with seq > run_from
       first_page := true;
     else
-      horizon := parts[4]::bigint;
+      run_start := parts[4]::bigint;
       pos_seq := parts[5]::bigint;
       begin
         pos_tbl := kizuna.unhex(parts[6]);
@@ -382,11 +390,14 @@ begin
       exception when others then
         perform kizuna.fail('KZP01', 'unparseable cursor', null, 'send a cursor this server issued, or null');
       end;
-      if pos_seq < run_from or pos_seq > horizon then
+      if pos_seq < run_from or run_start < run_from then
         perform kizuna.fail('KZP01', 'unparseable cursor', null, 'send a cursor this server issued, or null');
       end if;
+      if pos_seq > st.horizon then
+        return kizuna.lifecycle_page('SERVER_RESET');  -- a position beyond this database's history
+      end if;
     end if;
-    if run_from > st.horizon or horizon > st.horizon then
+    if run_from > st.horizon or run_start > st.horizon then
       return kizuna.lifecycle_page('SERVER_RESET');  -- a history this database does not have
     end if;
     -- The horizon advances with the run: this page reads up to the horizon of its own snapshot.
@@ -409,7 +420,11 @@ begin
   -- examined: past that the page ends early (see the cost note at the top).
   chunk := kizuna.pull_first_chunk(lim);
   loop
-    batch := array(select x from kizuna.page_candidates(buckets, horizon, run_from > 0,
+    -- Tombstones: a run from a checkpoint gets every one after it. A run from null has nothing to
+    -- delete at its first page's horizon, but its horizon advances with the run: a row one of its
+    -- pages delivered and a later commit deleted must go, so it gets the tombstones above that
+    -- first horizon (the deletes made while it ran; a key it never delivered ignores them).
+    batch := array(select x from kizuna.page_candidates(buckets, horizon, case when run_from > 0 then run_from else run_start end,
                                                         pos_seq, pos_tbl, pos_pk, pos_bucket, chunk) x);
     exit when cardinality(batch) = 0;
     examined := examined + cardinality(batch);
@@ -438,14 +453,14 @@ begin
     entries := (select jsonb_agg(e order by o) from jsonb_array_elements(entries) with ordinality a(e, o) where o <= lim);
     last_of_page := entries -> (lim - 1);
     return jsonb_build_object('entries', entries, 'done', false, 'horizon', horizon,
-      'cursor', format('kz1.%s.%s.%s.%s.%s.%s.%s', st.epoch, run_from, horizon, last_of_page ->> 'seq',
+      'cursor', format('kz1.%s.%s.%s.%s.%s.%s.%s', st.epoch, run_from, run_start, last_of_page ->> 'seq',
                        kizuna.hex(last_of_page ->> 'table'), kizuna.hex(last_of_page ->> 'pk'),
                        kizuna.hex(last_of_page ->> 'bucket'))) || counted;
   end if;
   if out_of_budget then
     -- Resume after the last candidate examined, which the caller may not be allowed to see.
     return jsonb_build_object('entries', entries, 'done', false, 'horizon', horizon,
-      'cursor', format('kz1.%s.%s.%s.%s', st.epoch, run_from, horizon,
+      'cursor', format('kz1.%s.%s.%s.%s', st.epoch, run_from, run_start,
                        kizuna.seal(format('%s.%s.%s.%s', pos_seq, kizuna.hex(pos_tbl), kizuna.hex(pos_pk),
                                           kizuna.hex(pos_bucket))))) || counted;
   end if;

@@ -114,7 +114,6 @@ async fn a_run_under_a_steady_stream_of_writes_finishes_at_one_horizons_state() 
 }
 
 #[tokio::test]
-#[ignore = "a known bug (README, The history checker): a run from null sends no tombstones; run with --ignored"]
 async fn a_row_a_run_from_null_delivered_and_a_later_commit_deleted_is_deleted_by_the_same_run() {
     let db = TestDb::with_todos().await;
     let alice = Caller::user(ALICE);
