@@ -85,6 +85,9 @@ impl KizunaClient {
     pub async fn connect(options: JsValue) -> Result<KizunaClient, JsValue> {
         let ClientOptions { name, indexes, config, transport, auto_sync, realtime_wakeups } = ClientOptions::parse(&options)?;
         let store = Store::open(&name, indexes).await?;
+        // What a page that went away (a reload as a step committed) kept and did not tell: held
+        // for this page's first listeners, and told to the other tabs.
+        let unheard = store.take_unheard().await?;
         let (state, stamp) = store.load().await?;
         let state = match state {
             Some(state) => state,
@@ -125,8 +128,13 @@ impl KizunaClient {
             auto_sync,
             realtime_wakeups,
             me: me.clone(),
+            unheard_kept: Cell::new(0),
         });
         tabs::join(&inner);
+        if !unheard.is_empty() {
+            inner.tabs.announce(inner.version.get(), &unheard, None);
+            crate::events::replay(&inner.listeners, unheard);
+        }
         Ok(KizunaClient { inner })
     }
 
@@ -366,6 +374,13 @@ impl KizunaClient {
         }
         let listener: Function = listener.dyn_into().map_err(|_| invalid("listener must be a function"))?;
         let id = self.inner.listeners.borrow_mut().add(&name, listener);
+        // Events a page that went away had kept and not told (a reload during a commit), held
+        // for the first listener: told once `on` has returned.
+        let held = self.inner.listeners.borrow_mut().take_held(&name);
+        if !held.is_empty() {
+            let listeners = self.inner.listeners.clone();
+            wasm_bindgen_futures::spawn_local(async move { crate::events::emit(&listeners, &held) });
+        }
         let listeners = Rc::downgrade(&self.inner.listeners);
         let off = Closure::once_into_js(move || {
             if let Some(l) = listeners.upgrade() {
@@ -376,12 +391,15 @@ impl KizunaClient {
     }
 
     /// Stops the loops, closes the database and lets another client open it. Pending writes stay
-    /// in the outbox for next time. Closing twice does nothing more.
+    /// in the outbox for next time. Closing twice does nothing more. A closed client tells its
+    /// listeners nothing more: what a step still committing says of writes is kept with it and
+    /// told by the next client to open the database.
     #[wasm_bindgen(skip_typescript)]
     pub fn close(&self) {
         if self.inner.closed.replace(true) {
             return;
         }
+        self.inner.listeners.borrow_mut().clear();
         scheduler::stop(&self.inner.scheduler);
         tabs::leave(&self.inner);
         self.inner.watches.clear();

@@ -29,6 +29,8 @@ pub const EVENT_NAMES: &[&str] = &[
 pub struct Listeners {
     next_id: u32,
     entries: Vec<(u32, String, Function)>,
+    /// Replayed events (see `replay`) of names nobody listened to yet, for the first listener.
+    held: Vec<Event>,
 }
 
 pub type SharedListeners = Rc<RefCell<Listeners>>;
@@ -42,6 +44,47 @@ impl Listeners {
 
     pub fn remove(&mut self, id: u32) {
         self.entries.retain(|(i, _, _)| *i != id);
+    }
+
+    /// Forgets every listener (and what was held for them): a closed client tells nothing more.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.held.clear();
+    }
+
+    /// The replayed events held for the first listener of `name`, handed over once.
+    pub fn take_held(&mut self, name: &str) -> Vec<Event> {
+        let (taken, kept) = std::mem::take(&mut self.held).into_iter().partition(|e| name_of(e) == name);
+        self.held = kept;
+        taken
+    }
+
+    fn listened(&self, name: &str) -> bool {
+        self.entries.iter().any(|(_, n, _)| n == name)
+    }
+}
+
+/// The events that say what became of the app's writes (and the journal's overwrites): a step
+/// keeps them with its commit until they are told, because nothing else would tell them again
+/// (see `WriteTxn::put_unheard`). The others are told again by what follows (a `change` by the
+/// next read, progress by the next page).
+pub fn lasting(events: &[Event]) -> Vec<&Event> {
+    events
+        .iter()
+        .filter(|e| matches!(e, Event::Applied { .. } | Event::Rejected { .. } | Event::DeadLetter { .. } | Event::Conflicts(_)))
+        .collect()
+}
+
+/// Tells events a tab that went away had kept and not told (`WriteTxn::take_unheard`): to this
+/// tab's listeners now, or, for a name nobody listens to yet (a page that just opened), to the
+/// first listener `on` adds.
+pub fn replay(listeners: &SharedListeners, events: Vec<Event>) {
+    for event in events {
+        if listeners.borrow().listened(name_of(&event)) {
+            emit(listeners, std::slice::from_ref(&event));
+        } else {
+            listeners.borrow_mut().held.push(event);
+        }
     }
 }
 

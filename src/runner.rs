@@ -52,6 +52,8 @@ pub struct Inner {
     pub realtime_wakeups: bool,
     /// This client, for callbacks that need to own it.
     pub me: Weak<Inner>,
+    /// How many records of unheard events this tab has kept: a part of their keys.
+    pub unheard_kept: Cell<u64>,
 }
 
 pub enum PushOutcome {
@@ -164,13 +166,26 @@ impl Inner {
 
     /// Names this tab the leader in the `sync` record: from this commit on, steps of the tab that
     /// led before are refused. Starts with nothing in flight and a pull due.
+    /// Events a step kept and its tab never told (it went away as the step committed) are taken
+    /// in the same transaction and told here and in every other tab.
     pub async fn claim_lead(&self) -> Result<(), ClientError> {
         let txn = self.begin(false).await?;
         let stamp = SyncStamp { version: txn.stamp.version + 1.0, leader: Some(self.tabs.tab.clone()) };
+        let unheard = match txn.take_unheard().await {
+            Ok(events) => events,
+            Err(e) => {
+                txn.abort();
+                return Err(e);
+            }
+        };
         txn.put_stamp(&stamp)?;
         txn.commit().await?;
         self.version.set(stamp.version);
         self.engine.borrow_mut().take_over();
+        if !unheard.is_empty() {
+            self.tabs.announce(stamp.version, &unheard, None);
+            events::replay(&self.listeners, unheard);
+        }
         Ok(())
     }
 
@@ -191,10 +206,24 @@ impl Inner {
 
     /// Persists what an engine step returned, advances the `sync` stamp, then emits its events
     /// here and tells the other tabs.
+    /// The events that say what became of writes are kept with the commit until they are told
+    /// (`WriteTxn::put_unheard`).
     async fn finish(&self, txn: WriteTxn<'_>, tx: &Transaction) -> Result<(), ClientError> {
         let stamp = SyncStamp { version: txn.stamp.version + 1.0, leader: txn.stamp.leader.clone() };
         let changes = !tx.ops.is_empty();
-        let written = match txn.apply(&tx.ops).and_then(|()| if changes { txn.put_stamp(&stamp) } else { Ok(()) }) {
+        let lasting = events::lasting(&tx.events);
+        let kept = Cell::new(None);
+        let written = match txn
+            .apply(&tx.ops)
+            .and_then(|()| if changes { txn.put_stamp(&stamp) } else { Ok(()) })
+            .and_then(|()| {
+                if !lasting.is_empty() {
+                    let n = self.unheard_kept.get() + 1;
+                    self.unheard_kept.set(n);
+                    kept.set(Some(txn.put_unheard(&format!("{:016}:{}:{n:08}", stamp.version as u64, self.tabs.tab), &lasting)?));
+                }
+                Ok(())
+            }) {
             Ok(()) => txn.commit().await,
             Err(e) => {
                 txn.abort();
@@ -210,6 +239,13 @@ impl Inner {
         if !tx.is_empty() {
             let health = self.tabs.leading().then(|| self.health_json());
             self.tabs.announce(self.version.get(), &tx.events, health);
+        }
+        if let (Some(key), Some(me)) = (kept.take(), self.me.upgrade()) {
+            // Told: drop the record in a transaction of its own, not awaited (a failure leaves it
+            // for the next leader, which tells these events again).
+            wasm_bindgen_futures::spawn_local(async move {
+                let _ = me.store.forget_unheard(&key).await;
+            });
         }
         Ok(())
     }

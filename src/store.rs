@@ -18,7 +18,7 @@ use indexed_db_futures::prelude::*;
 use indexed_db_futures::transaction::{Transaction, TransactionMode};
 use indexed_db_futures::KeyPath;
 use js_sys::Array;
-use kizuna_engine::{PersistedState, RowKey, RowRecord, StoreOp};
+use kizuna_engine::{Event, PersistedState, RowKey, RowRecord, StoreOp};
 use kizuna_protocol::PullPage;
 use serde::{de::DeserializeOwned, Serialize};
 use wasm_bindgen::prelude::*;
@@ -38,6 +38,11 @@ const META: &str = "meta";
 const ALL: [&str; 5] = [ROWS, OUTBOX, DEAD, STAGING, META];
 const META_KEY: &str = "meta";
 const SYNC_KEY: &str = "sync";
+/// The keys of events a step committed and its tab may not have told yet (see `WriteTxn::put_unheard`):
+/// `unheard:` and a suffix that sorts them in commit order.
+const UNHEARD: &str = "unheard:";
+/// Past every `UNHEARD` key (`;` follows `:`).
+const PAST_UNHEARD: &str = "unheard;";
 /// The declared indexes the stored tokens were made for.
 const INDEXES_KEY: &str = "indexes";
 const SCHEMA_VERSION: u32 = 2;
@@ -261,6 +266,22 @@ impl Store {
         let tx = self.transaction(TransactionMode::Readonly)?;
         read_rows(&store(&tx, ROWS)?, keys).await
     }
+
+    /// The events a page that went away kept and did not tell (`WriteTxn::put_unheard`), taken in
+    /// a transaction of their own when this page opens, so it tells them (once its app listens).
+    pub async fn take_unheard(&self) -> Result<Vec<Event>, ClientError> {
+        let tx = self.db.transaction(META).with_mode(TransactionMode::Readwrite).build().map_err(failed)?;
+        let events = take_unheard(&tx).await?;
+        tx.commit().await.map_err(failed)?;
+        Ok(events)
+    }
+
+    /// Drops the record `put_unheard` wrote under `key`: its events were told.
+    pub async fn forget_unheard(&self, key: &str) -> Result<(), ClientError> {
+        let tx = self.db.transaction(META).with_mode(TransactionMode::Readwrite).build().map_err(failed)?;
+        drop(store(&tx, META)?.delete(JsValue::from_str(key)).primitive().map_err(failed)?);
+        tx.commit().await.map_err(failed)
+    }
 }
 
 /// A running read-write transaction over every store. Dropped without `commit`, it is rolled
@@ -289,6 +310,24 @@ impl WriteTxn<'_> {
         read_rows(&store(&self.tx, ROWS)?, keys).await
     }
 
+    /// Keeps `events` with the step that commits them, under `unheard:<suffix>`: a page that goes
+    /// away while the step commits (a reload) would otherwise take them with it, though their
+    /// writes have left the outbox. The tab drops the record once it has told them
+    /// (`Store::forget_unheard`); one that never could is told by the next tab to lead
+    /// (`take_unheard`). Returns the record's key.
+    pub fn put_unheard(&self, suffix: &str, events: &[&Event]) -> Result<String, ClientError> {
+        let key = format!("{UNHEARD}{suffix}");
+        let text = serde_json::to_string(events).map_err(|e| ClientError::new("STORAGE_FAILED", format!("cannot encode events: {e}")))?;
+        drop(store(&self.tx, META)?.put(JsValue::from_str(&text)).with_key(JsValue::from_str(&key)).primitive().map_err(failed)?);
+        Ok(key)
+    }
+
+    /// Every event `put_unheard` kept and nobody dropped, in commit order; they are deleted when
+    /// this transaction commits, so one tab tells them.
+    pub async fn take_unheard(&self) -> Result<Vec<Event>, ClientError> {
+        take_unheard(&self.tx).await
+    }
+
     /// Page `page_no` of the pull run in progress, as staged.
     pub async fn staged_page(&self, page_no: u32) -> Result<PullPage, ClientError> {
         let page = get(&store(&self.tx, STAGING)?, (page_no as f64).into()).await?.unwrap_or(JsValue::UNDEFINED);
@@ -313,6 +352,29 @@ impl WriteTxn<'_> {
     pub fn abort(self) {
         drop(self.tx);
     }
+}
+
+/// `WriteTxn::take_unheard` in `tx`.
+async fn take_unheard(tx: &Transaction<'_>) -> Result<Vec<Event>, ClientError> {
+    let meta = store(tx, META)?;
+    let range: JsValue = web_sys::IdbKeyRange::bound_with_lower_open_and_upper_open(&UNHEARD.into(), &PAST_UNHEARD.into(), false, true)
+        .map_err(|e| failed(crate::error::describe(&e)))?
+        .into();
+    let records: Vec<JsValue> = meta.get_all::<JsValue>().with_query(range.clone()).primitive().map_err(failed)?.await.map_err(failed)?
+        .map(|r| r.map_err(failed))
+        .collect::<Result<_, _>>()?;
+    let kept = !records.is_empty();
+    let mut events = Vec::new();
+    for record in records {
+        let text = record.as_string().unwrap_or_default();
+        let told: Vec<Event> = serde_json::from_str(&text)
+            .map_err(|e| ClientError::new("STORAGE_CORRUPT", format!("kept events do not decode: {e}")))?;
+        events.extend(told);
+    }
+    if kept {
+        drop(meta.delete(range).primitive().map_err(failed)?);
+    }
+    Ok(events)
 }
 
 async fn read_stamp(tx: &Transaction<'_>) -> Result<SyncStamp, ClientError> {

@@ -299,9 +299,15 @@ export class KizunaClient<DB extends object = AnyTables> {
   requeueDeadLetter(seq: number): Promise<void>;
   /** Returns a promise. Drops a dead letter and restores the server's row. */
   discardDeadLetter(seq: number): Promise<void>;
-  /** Answers at once with a function that unsubscribes. Subscribes to an event. */
+  /**
+   * Answers at once with a function that unsubscribes. Subscribes to an event. The events that say
+   * what became of writes (applied, rejected, deadLetter, conflicts) are kept with the commit that
+   * decided them until told: those a page closed or reloaded before telling are told by the next
+   * client to open the database, to its first listener of each name (at least once: one the
+   * closing page told may be told again; the payload's id tells them apart).
+   */
   on<K extends KizunaEventName>(name: K, listener: (event: KizunaEvents[K]) => void): () => void;
-  /** Answers at once. Stops the loops and closes the database. Pending writes stay in the outbox. */
+  /** Answers at once. Stops the loops and closes the database; listeners hear nothing more. Pending writes stay in the outbox. */
   close(): void;
 }
 export interface KizunaClient<DB extends object = AnyTables> extends Disposable {}

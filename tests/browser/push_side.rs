@@ -2,7 +2,7 @@
 //! and reloads in the middle of them.
 
 use js_sys::Reflect;
-use serde_json::json;
+use serde_json::{json, Value};
 use wasm_bindgen::JsValue;
 use wasm_bindgen_test::wasm_bindgen_test;
 
@@ -308,4 +308,40 @@ async fn numbers_reach_the_server_digit_for_digit() {
     assert!(text.contains("0.30000000000000004"), "the double was rounded on the way: {text}");
     assert!(text.contains("\"123456789012345678901234567890\""), "{text}");
     client.close();
+}
+
+/// A page that goes away while it tells what a push decided (a reload, here a listener that
+/// closes the client half-way) does not take the rest with it: the verdict step kept its events
+/// with its commit, and the next client to open the database tells them to its first listener.
+#[wasm_bindgen_test]
+async fn the_verdicts_a_closing_page_did_not_tell_are_told_by_the_next_page() {
+    let user = random_id();
+    let name = format!("unheard-{}", random_id());
+    let client = std::rc::Rc::new(open(&options(&name, &user)).await);
+    for id in ["first", "second"] {
+        ok(client.put("todos".into(), id.into(), to_js(&json!({"id": id, "title": id})), None)).await;
+    }
+    let ids: Vec<Value> = from_js(client.pending_writes()).as_array().unwrap().iter().map(|w| w["id"].clone()).collect();
+    assert_eq!(ids.len(), 2);
+    let heard = js_sys::Array::new();
+    let (closing, sink) = (client.clone(), heard.clone());
+    let listener = wasm_bindgen::closure::Closure::<dyn Fn(JsValue)>::new(move |e: JsValue| {
+        sink.push(&e);
+        closing.close(); // the page goes away after the first event of the step
+    });
+    client.on("applied".into(), listener.into_js_value()).unwrap();
+    let _ = call(client.sync()).await;
+    assert_eq!(heard.length(), 1, "the closed client told nothing more");
+
+    let next = open(&options(&name, &user)).await;
+    let told = record(&next, "applied");
+    sleep(0).await;
+    let told: Vec<Value> = told.iter().map(|e| from_js(e)["id"].clone()).collect();
+    assert!(told.contains(&ids[1]), "the second write's verdict was told by the next page: {told:?}");
+    assert_eq!(from_js(next.pending_writes()), json!([]), "both writes left the outbox with the step");
+    ok(next.sync()).await;
+    let again = record(&next, "applied");
+    sleep(0).await;
+    assert_eq!(again.length(), 0, "told once, then dropped");
+    next.close();
 }

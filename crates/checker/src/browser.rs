@@ -167,6 +167,16 @@ impl BrowserClient {
         }
     }
 
+    /// A page tells again, at open, what a page that went away kept and may have told already
+    /// (the client promises at least once): the outcome heard first stands.
+    fn told_again(&mut self, id: uuid::Uuid, payload: &Value) -> bool {
+        let again = matches!(self.rec.outcomes.get(&id), Some(o) if !matches!(o, Outcome::Coalesced));
+        if again {
+            self.rec.note(format!("told again: {payload}"));
+        }
+        again
+    }
+
     fn hear(&mut self, event: &Value) -> Result<(), String> {
         let payload = &event["payload"];
         let name = event["name"].as_str().unwrap_or_default();
@@ -174,11 +184,17 @@ impl BrowserClient {
         match name {
             "applied" => {
                 let id = payload["id"].as_str().and_then(|s| s.parse().ok()).ok_or("applied without id")?;
+                if self.told_again(id, payload) {
+                    return Ok(());
+                }
                 self.rec.note(format!("applied {} seq {}", payload["pk"].as_str().unwrap_or_default(), payload["seq"]));
                 self.rec.applied(at, id, payload["seq"].as_i64(), payload["bucket"].as_str().map(str::to_owned));
             }
             "rejected" => {
                 let mutation = entry(&payload["mutation"])?;
+                if self.told_again(mutation.id, payload) {
+                    return Ok(());
+                }
                 let reason: Reason = serde_json::from_value(payload["reason"].clone()).map_err(|e| e.to_string())?;
                 let server_row: Option<Row> = payload["serverRow"].as_object().cloned();
                 self.rec.note(format!("rejected {} {reason:?}", mutation.pk));
@@ -187,6 +203,9 @@ impl BrowserClient {
             }
             "deadLetter" => {
                 let dead = entry(&payload["entry"])?;
+                if self.told_again(dead.id, payload) {
+                    return Ok(());
+                }
                 self.rec.note(format!("dead letter {}", dead.pk));
                 self.rec.outcomes.insert(dead.id, Outcome::DeadLettered);
             }
