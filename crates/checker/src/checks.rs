@@ -29,24 +29,19 @@ pub async fn check(records: &[&Record], sql: &[Effect], pg: &Pg, tag: &str) -> R
     for effect in sql {
         model.add(effect.clone());
     }
-    // Per device, the writes whose APPLIED verdict only the ledger knows (their event went with a
-    // page): when the device folded them in is unknown, so a read may show them folded or not.
-    let mut unheard: Vec<BTreeMap<uuid::Uuid, i64>> = Vec::new();
     for rec in records {
         violations.extend(rec.violations.iter().cloned());
-        let mut applied_unheard = BTreeMap::new();
         for (id, entry) in &rec.writes {
-            let recovered;
-            let outcome = match rec.outcomes.get(id) {
-                Some(outcome) => Some(outcome),
-                None => {
-                    recovered = applied_in_ledger(pg, id).await?;
-                    if let Some(Outcome::Applied(Some(seq))) = &recovered {
-                        applied_unheard.insert(*id, *seq);
-                    }
-                    recovered.as_ref()
+            let outcome = rec.outcomes.get(id);
+            if outcome.is_none() {
+                if let Some(status) = ledger_status(pg, id).await? {
+                    violations.push(format!(
+                        "{}: write {} ({}) is {status} in the server's ledger, but no page told it",
+                        rec.name, entry.seq, entry.pk
+                    ));
+                    continue;
                 }
-            };
+            }
             match outcome {
                 Some(Outcome::Applied(Some(seq))) => model.add(Effect {
                     seq: *seq,
@@ -66,12 +61,11 @@ pub async fn check(records: &[&Record], sql: &[Effect], pg: &Pg, tag: &str) -> R
                 None => violations.push(format!("{}: write {} ({}) ended with no verdict, event or dead letter", rec.name, entry.seq, entry.pk)),
             }
         }
-        unheard.push(applied_unheard);
     }
 
-    for (rec, unheard) in records.iter().zip(&unheard) {
+    for rec in records {
         for read in &rec.reads {
-            violations.extend(check_read(&model, rec, read, unheard, tag));
+            violations.extend(check_read(&model, rec, read, tag));
         }
         // Monotonic writes: applied in issue order. A write with a delay window is the documented
         // exception: it is held without holding the writes behind it.
@@ -122,19 +116,15 @@ pub async fn check(records: &[&Record], sql: &[Effect], pg: &Pg, tag: &str) -> R
     Ok(violations)
 }
 
-/// A write the device heard no verdict for: in a browser, a step that commits as its page goes away
-/// (a reload) takes its events with it, though the write left the outbox. The server's ledger says
-/// whether it was applied; only an APPLIED write may end that way (a refusal nobody heard would be a
-/// write that disappeared quietly).
-async fn applied_in_ledger(pg: &Pg, id: &uuid::Uuid) -> Result<Option<Outcome>, String> {
+/// A write no page told the outcome of: what the server's ledger says became of it, if anything.
+/// Every outcome must be told (the client keeps a step's events until they are), so any answer
+/// here is a write whose fate the app never learnt.
+async fn ledger_status(pg: &Pg, id: &uuid::Uuid) -> Result<Option<String>, String> {
     let row = pg
-        .query_opt("select verdict ->> 'status', (verdict ->> 'seq')::bigint from kizuna.ledger where id = ($1::text)::uuid", &[&id.to_string()])
+        .query_opt("select verdict ->> 'status' from kizuna.ledger where id = ($1::text)::uuid", &[&id.to_string()])
         .await
         .map_err(|e| e.to_string())?;
-    Ok(row.and_then(|r| match r.get::<_, Option<String>>(0).as_deref() {
-        Some("APPLIED") => Some(Outcome::Applied(r.get(1))),
-        _ => None,
-    }))
+    Ok(row.and_then(|r| r.get::<_, Option<String>>(0)))
 }
 
 /// The rows of this history.
@@ -153,7 +143,7 @@ fn in_buckets(row: Option<Row>, buckets: &[String]) -> Option<Row> {
 /// arrived; a refusal heard since the checkpoint's commit puts the server's row in place (a replayed
 /// refusal leaves the base as it was, so either is allowed). The pending writes replayed over the
 /// base must give exactly what the device showed.
-fn check_read(model: &Model, rec: &Record, read: &Read, unheard: &BTreeMap<uuid::Uuid, i64>, tag: &str) -> Vec<String> {
+fn check_read(model: &Model, rec: &Record, read: &Read, tag: &str) -> Vec<String> {
     let view = model.view_at(read.horizon, &rec.user, &read.checkpoint_buckets);
     let mut bases: BTreeMap<String, Vec<Option<Row>>> =
         view.into_iter().map(|(k, v)| (k, vec![v.as_object().cloned()])).collect();
@@ -179,15 +169,6 @@ fn check_read(model: &Model, rec: &Record, read: &Read, unheard: &BTreeMap<uuid:
             }
             _ => {}
         }
-    }
-    for (id, seq) in unheard {
-        let Some(entry) = rec.writes.get(id) else { continue };
-        if *seq <= read.horizon || read.pending.iter().any(|p| p.id == *id) {
-            continue;
-        }
-        let options = bases.entry(row_name(&entry.table, &entry.pk)).or_insert_with(|| vec![None]);
-        let folded: Vec<Option<Row>> = options.iter().map(|b| apply_op(b.clone(), entry.op, entry.columns.as_ref())).collect();
-        options.extend(folded);
     }
     let mut pending: BTreeMap<String, Vec<&OutboxEntry>> = BTreeMap::new();
     for entry in &read.pending {
