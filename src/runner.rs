@@ -56,12 +56,6 @@ pub struct Inner {
     pub unheard_kept: Cell<u64>,
 }
 
-pub enum PushOutcome {
-    Idle,
-    Answered,
-    Failed(Failure, ErrorClass),
-}
-
 pub struct SyncReport {
     pub pushes: usize,
     pub push_error: Option<Failure>,
@@ -287,6 +281,13 @@ impl Inner {
         keys: &[RowKey],
         f: impl FnOnce(&mut Engine) -> Result<(Transaction, R), EngineError>,
     ) -> Result<R, ClientError> {
+        let txn = self.begin_settling(leader_only, keys).await?;
+        let stepped = f(&mut self.engine.borrow_mut());
+        self.conclude(txn, stepped).await
+    }
+
+    /// The transaction of a step that settles `keys`, with their records in the engine.
+    async fn begin_settling(&self, leader_only: bool, keys: &[RowKey]) -> Result<WriteTxn<'_>, ClientError> {
         let (txn, _) = self.begin_reading(leader_only, &[]).await?;
         let missing: Vec<RowKey> = {
             let engine = self.engine.borrow();
@@ -301,8 +302,7 @@ impl Inner {
                 }
             }
         }
-        let stepped = f(&mut self.engine.borrow_mut());
-        self.conclude(txn, stepped).await
+        Ok(txn)
     }
 
     pub async fn write(&self, writes: Vec<LocalWrite>) -> Result<(), ClientError> {
@@ -322,8 +322,9 @@ impl Inner {
         self.settling_step(false, &keys, |engine| Ok((engine.discard_dead(seq)?, ()))).await
     }
 
-    /// Sends the next due slice, if any, and feeds the answer back.
-    pub async fn push_once(&self) -> Result<PushOutcome, ClientError> {
+    /// Sends the next due slice, if any, after a step that writes what must be durable before it
+    /// goes (see `Engine::poll_push`); returns its answer.
+    async fn send_next(&self) -> Result<Option<Result<PushResponse, Failure>>, ClientError> {
         let t = now();
         let request = self
             .step(true, &[], |engine, _| {
@@ -333,38 +334,63 @@ impl Inner {
                 })
             })
             .await?;
-        let Some(request) = request else { return Ok(PushOutcome::Idle) };
-        let answer = self.transport.rpc::<_, PushResponse>("kizuna_push", &request).await;
-        // What the answer settles: the rows of the slice's keys (read in its step unless held).
-        let keys = self.engine.borrow().in_flight_keys();
-        let t = now();
-        match answer {
-            Ok(response) => {
-                self.settling_step(true, &keys, |engine| Ok((engine.on_push_response(t, response), ()))).await?;
-                Ok(PushOutcome::Answered)
-            }
-            Err(failure) => {
-                let class = ErrorClass::of(failure.status, Some(&failure.code));
-                let recorded = failure.clone();
-                self.settling_step(true, &keys, |engine| Ok((engine.on_push_failure(t, recorded), ()))).await?;
-                Ok(PushOutcome::Failed(failure, class))
-            }
-        }
+        Ok(match request {
+            Some(request) => Some(self.transport.rpc::<_, PushResponse>("kizuna_push", &request).await),
+            None => None,
+        })
     }
 
     /// Pushes until nothing is due. Returns the number of requests answered and the first failure.
+    /// One request is in flight at a time, but when sending the next slice needs nothing written
+    /// first, it goes out while the previous answer's step is still being written: the client's
+    /// own time per slice then runs beside the request instead of between two requests.
     async fn push_all(&self) -> Result<(usize, Option<(Failure, ErrorClass)>), ClientError> {
         let mut answered = 0;
         let mut first_failure = None;
-        for _ in 0..MAX_PUSHES_PER_SYNC {
-            match self.push_once().await? {
-                PushOutcome::Idle => break,
-                PushOutcome::Answered => answered += 1,
-                PushOutcome::Failed(f, class) => {
+        let mut answer = self.send_next().await?;
+        for n in 1..=MAX_PUSHES_PER_SYNC {
+            let Some(this) = answer.take() else { break };
+            // What the answer settles: the rows of the slice's keys (read in its step unless held).
+            let keys = self.engine.borrow().in_flight_keys();
+            let txn = self.begin_settling(true, &keys).await?;
+            let t = now();
+            let (stepped, go_on) = match this {
+                Ok(response) => {
+                    answered += 1;
+                    (self.engine.borrow_mut().on_push_response(t, response), true)
+                }
+                Err(failure) => {
+                    let class = ErrorClass::of(failure.status, Some(&failure.code));
+                    let stepped = self.engine.borrow_mut().on_push_failure(t, failure.clone());
                     let retryable = class.is_retryable();
-                    first_failure.get_or_insert((f, class));
-                    if retryable {
-                        break;
+                    first_failure.get_or_insert((failure, class));
+                    (stepped, !retryable)
+                }
+            };
+            let go_on = go_on && n < MAX_PUSHES_PER_SYNC;
+            let pipelined = if go_on && self.tabs.leading() && self.engine.borrow().next_push_writes_nothing(now()) {
+                self.engine.borrow_mut().poll_push(now()).map(|(request, _)| request)
+            } else {
+                None
+            };
+            match pipelined {
+                Some(request) => {
+                    // The request is polled first, so it is on the wire before the step's writes
+                    // are handed to IndexedDB.
+                    let (next, written) = futures_util::join!(
+                        self.transport.rpc::<_, PushResponse>("kizuna_push", &request),
+                        self.conclude(txn, Ok((stepped, ())))
+                    );
+                    // A step that could not be written reloaded the engine from the store: the next
+                    // slice's answer is dropped, and its writes, still queued, go again (the server
+                    // answers them from its ledger).
+                    written?;
+                    answer = Some(next);
+                }
+                None => {
+                    self.conclude(txn, Ok((stepped, ()))).await?;
+                    if go_on {
+                        answer = self.send_next().await?;
                     }
                 }
             }
@@ -486,7 +512,11 @@ impl Inner {
     pub async fn tick(&self) -> bool {
         let Some(_turn) = self.activity.try_lock() else { return false };
         if !self.closed.get() && self.tabs.leading() {
-            let _ = self.push_all().await;
+            // A timer that fired for a pull (a wake-up) goes straight to it: asking the engine for
+            // a slice costs a store transaction, on the path of every remote change.
+            if self.engine.borrow().push_due(now()) {
+                let _ = self.push_all().await;
+            }
             let _ = self.pull_run().await;
         }
         true

@@ -58,13 +58,7 @@ impl Engine {
     /// are applied: rewriting every entry of every slice cost the push one more store transaction
     /// of the slice's whole size, and a reload during the request only forgets one attempt count.
     pub fn poll_push(&mut self, now: Millis) -> Option<(PushRequest, Transaction)> {
-        if !self.online || self.push.in_flight.is_some() || self.storage_held(now) {
-            return None;
-        }
-        let units = self.next_slice(now);
-        if units.is_empty() {
-            return None;
-        }
+        let units = self.due_slice(now)?;
         let mut tx = Transaction::default();
         let mut mutations = Vec::new();
         for seq in units.iter().flatten() {
@@ -79,6 +73,29 @@ impl Engine {
         self.push.in_flight = Some(InFlight { units });
         let request = PushRequest { protocol: PROTOCOL_VERSION, client_id: self.meta.client_id, mutations };
         Some((request, tx))
+    }
+
+    /// True when a slice is due and sending it writes nothing first (it holds no latest-only
+    /// entry, see `poll_push`): an adapter may then send it while the previous answer's step is
+    /// still being written.
+    pub fn next_push_writes_nothing(&self, now: Millis) -> bool {
+        self.due_slice(now)
+            .is_some_and(|units| units.iter().flatten().all(|seq| self.outbox.get(seq).is_some_and(|e| !e.latest_only)))
+    }
+
+    /// Whether `poll_push` would return a slice at `now`, as far as this engine's state knows: a
+    /// timer that fired for a pull need not open a store transaction to learn there is nothing to
+    /// push (another tab's write this engine has not heard of yet goes when its news arrives).
+    pub fn push_due(&self, now: Millis) -> bool {
+        self.due_slice(now).is_some()
+    }
+
+    /// The slice to send at `now`, if a push may go: never while one is in flight or offline.
+    fn due_slice(&self, now: Millis) -> Option<Vec<Vec<i64>>> {
+        if !self.online || self.push.in_flight.is_some() || self.storage_held(now) {
+            return None;
+        }
+        Some(self.next_slice(now)).filter(|units| !units.is_empty())
     }
 
     /// The app asked to sync now: writes waiting out the backoff of a retryable failure (the

@@ -473,3 +473,23 @@ fn quick_syncs_never_spend_a_refused_writes_budget() {
     h.drain(3_600_000);
     assert_eq!(h.engine.dead_letters().len(), 1);
 }
+
+/// `push_due` says what `poll_push` would do, so a timer that fired for a pull can skip the
+/// push's store transaction: nothing queued, a write held by its delay window, a push in flight,
+/// offline: not due; a write ready: due.
+#[test]
+fn push_due_answers_as_poll_push_would() {
+    let mut h = Harness::new(Config::default());
+    assert!(!h.engine.push_due(h.now), "an empty outbox");
+    h.write_all(vec![LocalWrite { apply_after: Some(h.now + 5_000), ..lw("t", "later", Op::Upsert, Some(json!({"v": 1}))) }]).unwrap();
+    assert!(!h.engine.push_due(h.now), "held by its delay window");
+    h.write("t", "now", Op::Upsert, Some(json!({"v": 2})));
+    assert!(h.engine.push_due(h.now));
+    h.engine.set_online(false);
+    assert!(!h.engine.push_due(h.now), "offline");
+    h.engine.set_online(true);
+    let (_, tx) = h.engine.poll_push(h.now).unwrap();
+    h.store.apply(tx);
+    assert!(!h.engine.push_due(h.now), "one push in flight at a time");
+    assert!(h.engine.poll_push(h.now).is_none());
+}
