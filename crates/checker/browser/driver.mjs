@@ -40,6 +40,14 @@ const browser = await chromium.launch({
 /** client name -> { context, page, params, events, unsent, base, errors } */
 const clients = new Map();
 
+/** Takes an event a page heard, once: a page's report and what the next page finds kept may both carry it. */
+function report(c, event) {
+  const key = `${event.gen}:${event.n}`;
+  if (c.received.has(key)) return;
+  c.received.add(key);
+  c.unsent.push(event);
+}
+
 async function openPage(c) {
   c.params.gen = (c.params.gen ?? 0) + 1; // the new page numbers its events from 0
   // An offline browser loads no page, not even from loopback; an installed app would load from its
@@ -47,6 +55,13 @@ async function openPage(c) {
   if (c.offline) await c.context.setOffline(false);
   await c.page.goto(`${origin}/`);
   await c.page.waitForFunction(() => window.harness?.ready === true);
+  // What the page before heard and kept (harness.js), in case its report was lost as it went away.
+  const kept = await c.page.evaluate(() => {
+    const heard = Object.keys(sessionStorage).filter((k) => k.startsWith("heard:")).map((k) => JSON.parse(sessionStorage.getItem(k)));
+    sessionStorage.clear();
+    return heard;
+  });
+  for (const event of kept) report(c, event);
   if (c.offline) await c.context.setOffline(true);
   await c.page.evaluate((p) => window.harness.open(p), c.params);
 }
@@ -55,10 +70,10 @@ const commands = {
   async open({ client, params }) {
     const context = await browser.newContext();
     const page = await context.newPage();
-    const c = { context, page, params, unsent: [], errors: [], console: [], offline: false };
+    const c = { context, page, params, unsent: [], received: new Set(), errors: [], console: [], offline: false };
     page.on("pageerror", (e) => c.errors.push(e.message));
     page.on("console", (m) => { if (m.type() === "error") c.console.push(m.text()); });
-    await page.exposeBinding("kizunaReport", (_source, gen, n, name, payload) => c.unsent.push({ gen, n, name, payload }));
+    await page.exposeBinding("kizunaReport", (_source, gen, n, name, payload) => report(c, { gen, n, name, payload }));
     clients.set(client, c);
     await openPage(c);
     return {};

@@ -6,6 +6,8 @@ await kizuna.default();
 
 const EVENTS = ["change", "applied", "rejected", "deadLetter", "pushFailed", "pullFailed", "pullProgress", "checkpoint", "conflicts", "checkpointExpired", "serverReset", "rehydrated"];
 const TABLES = ["hist_items", "hist_notes"];
+/** The events the checker judges, kept until the next page (see `open`). */
+const KEPT = ["applied", "rejected", "deadLetter", "checkpoint"];
 
 const errorOf = (e) => ({ code: e?.code ?? "THROWN", message: String(e?.message ?? e) });
 
@@ -20,7 +22,14 @@ window.harness = {
     this.client = await kizuna.KizunaClient.open({ name, url, token: async () => token, buckets, ...options });
     for (const event of EVENTS) {
       this.client.on(event, (payload) => {
-        window.kizunaReport(gen, this.n++, event, payload);
+        const n = this.n++;
+        window.kizunaReport(gen, n, event, payload);
+        // A report still on its way to the driver when the page goes away (a reload) is lost with
+        // it, though the client told it: what the checker judges is also kept in sessionStorage,
+        // which the next page of this tab still holds, and the driver collects it from there.
+        if (KEPT.includes(event)) {
+          try { sessionStorage.setItem(`heard:${gen}:${n}`, JSON.stringify({ gen, n, name: event, payload })); } catch {}
+        }
         if (event === "deadLetter") this.client.discardDeadLetter(payload.entry.seq).catch(() => {});
       });
     }
