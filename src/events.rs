@@ -68,10 +68,11 @@ impl Listeners {
 /// keeps them with its commit until they are told, because nothing else would tell them again
 /// (see `WriteTxn::put_unheard`). The others are told again by what follows (a `change` by the
 /// next read, progress by the next page).
-pub fn lasting(events: &[Event]) -> Vec<&Event> {
+pub fn lasting(events: &[Event]) -> Vec<Event> {
     events
         .iter()
         .filter(|e| matches!(e, Event::Applied { .. } | Event::Rejected { .. } | Event::DeadLetter { .. } | Event::Conflicts(_)))
+        .cloned()
         .collect()
 }
 

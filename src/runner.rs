@@ -205,16 +205,16 @@ impl Inner {
     async fn finish(&self, txn: WriteTxn<'_>, tx: &Transaction) -> Result<(), ClientError> {
         let stamp = SyncStamp { version: txn.stamp.version + 1.0, leader: txn.stamp.leader.clone() };
         let changes = !tx.ops.is_empty();
-        let lasting = events::lasting(&tx.events);
+        let mut lasting = Some(events::lasting(&tx.events)).filter(|l| !l.is_empty());
         let kept = Cell::new(None);
         let written = match txn
             .apply(&tx.ops)
             .and_then(|()| if changes { txn.put_stamp(&stamp) } else { Ok(()) })
             .and_then(|()| {
-                if !lasting.is_empty() {
+                if let Some(lasting) = lasting.take() {
                     let n = self.unheard_kept.get() + 1;
                     self.unheard_kept.set(n);
-                    kept.set(Some(txn.put_unheard(&format!("{:016}:{}:{n:08}", stamp.version as u64, self.tabs.tab), &lasting)?));
+                    kept.set(Some(txn.put_unheard(&format!("{:016}:{}:{n:08}", stamp.version as u64, self.tabs.tab), lasting)?));
                 }
                 Ok(())
             }) {

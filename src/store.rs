@@ -313,11 +313,11 @@ impl WriteTxn<'_> {
     /// Keeps `events` with the step that commits them, under `unheard:<suffix>`: a page that goes
     /// away while the step commits (a reload) would otherwise take them with it, though their
     /// writes have left the outbox. The tab drops the record once it has told them
-    /// (`Store::forget_unheard`); one that never could is told by the next tab to lead
-    /// (`take_unheard`). Returns the record's key.
-    pub fn put_unheard(&self, suffix: &str, events: &[&Event]) -> Result<String, ClientError> {
+    /// (`Store::forget_unheard`); one that never could is told by the next client to open the
+    /// database or the next tab to lead (`take_unheard`). Returns the record's key.
+    pub fn put_unheard(&self, suffix: &str, events: Vec<Event>) -> Result<String, ClientError> {
         let key = format!("{UNHEARD}{suffix}");
-        let text = serde_json::to_string(events).map_err(|e| ClientError::new("STORAGE_FAILED", format!("cannot encode events: {e}")))?;
+        let text = crate::tabs::events_text(events).map_err(|e| ClientError::new("STORAGE_FAILED", format!("cannot encode events: {e}")))?;
         drop(store(&self.tx, META)?.put(JsValue::from_str(&text)).with_key(JsValue::from_str(&key)).primitive().map_err(failed)?);
         Ok(key)
     }
@@ -328,15 +328,19 @@ impl WriteTxn<'_> {
         take_unheard(&self.tx).await
     }
 
-    /// Page `page_no` of the pull run in progress, as staged.
+    /// Page `page_no` of the pull run in progress, as staged. Read through a JSON value, as the
+    /// transport reads a page off the wire: serde generates a decoder of the page's types for each
+    /// way of reading them, and reading the text straight into a page cost a second one.
     pub async fn staged_page(&self, page_no: u32) -> Result<PullPage, ClientError> {
         let page = get(&store(&self.tx, STAGING)?, (page_no as f64).into()).await?.unwrap_or(JsValue::UNDEFINED);
-        match page.as_string() {
-            Some(text) => serde_json::from_str(&text)
-                .map_err(|e| ClientError::new("STORAGE_CORRUPT", format!("a staged page does not decode: {e}"))),
+        let text = match page.as_string() {
+            Some(text) => text,
             // Staged by an earlier version, as an object.
-            None => from_js(page),
-        }
+            None => js_sys::JSON::stringify(&page).map(String::from).unwrap_or_default(),
+        };
+        serde_json::from_str::<serde_json::Value>(&text)
+            .and_then(serde_json::from_value)
+            .map_err(|e| ClientError::new("STORAGE_CORRUPT", format!("a staged page does not decode: {e}")))
     }
 
     /// Queues every operation; requests run in order, so a later put wins over an earlier one.
@@ -367,8 +371,7 @@ async fn take_unheard(tx: &Transaction<'_>) -> Result<Vec<Event>, ClientError> {
     let mut events = Vec::new();
     for record in records {
         let text = record.as_string().unwrap_or_default();
-        let told: Vec<Event> = serde_json::from_str(&text)
-            .map_err(|e| ClientError::new("STORAGE_CORRUPT", format!("kept events do not decode: {e}")))?;
+        let told = crate::tabs::events_of(&text).map_err(|e| ClientError::new("STORAGE_CORRUPT", format!("kept events do not decode: {e}")))?;
         events.extend(told);
     }
     if kept {
