@@ -73,7 +73,7 @@ const commands = {
     const c = { context, page, params, unsent: [], received: new Set(), errors: [], console: [], offline: false };
     page.on("pageerror", (e) => c.errors.push(e.message));
     page.on("console", (m) => { if (m.type() === "error") c.console.push(m.text()); });
-    await page.exposeBinding("kizunaReport", (_source, gen, n, name, payload) => report(c, { gen, n, name, payload }));
+    await page.exposeBinding("kizunaReport", (_source, gen, n, name, payload, early) => report(c, { gen, n, name, payload, early }));
     clients.set(client, c);
     await openPage(c);
     return {};

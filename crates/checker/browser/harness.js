@@ -20,19 +20,24 @@ window.harness = {
   async open({ gen, name, url, token, buckets, options }) {
     this.gen = gen;
     this.client = await kizuna.KizunaClient.open({ name, url, token: async () => token, buckets, ...options });
+    // What the client tells as it opens may be what the page before kept and did not tell
+    // (decided under that page's buckets): such events are marked `early`.
+    let early = true;
     for (const event of EVENTS) {
       this.client.on(event, (payload) => {
         const n = this.n++;
-        window.kizunaReport(gen, n, event, payload);
+        window.kizunaReport(gen, n, event, payload, early);
         // A report still on its way to the driver when the page goes away (a reload) is lost with
         // it, though the client told it: what the checker judges is also kept in sessionStorage,
         // which the next page of this tab still holds, and the driver collects it from there.
         if (KEPT.includes(event)) {
-          try { sessionStorage.setItem(`heard:${gen}:${n}`, JSON.stringify({ gen, n, name: event, payload })); } catch {}
+          try { sessionStorage.setItem(`heard:${gen}:${n}`, JSON.stringify({ gen, n, name: event, payload, early })); } catch {}
         }
         if (event === "deadLetter") this.client.discardDeadLetter(payload.entry.seq).catch(() => {});
       });
     }
+    await new Promise((r) => setTimeout(r, 0)); // the held events are told once `on` has returned
+    early = false;
   },
 
   close() {

@@ -92,6 +92,7 @@ impl Browser {
             online: true,
             driver: self.driver.clone(),
             id,
+            previous_buckets: Vec::new(),
         };
         client.call("open", json!({ "params": params })).await?;
         Ok(client)
@@ -113,6 +114,8 @@ pub struct BrowserClient {
     pub online: bool,
     driver: Arc<Mutex<Driver>>,
     id: String,
+    /// The buckets the page before this one followed (see `Record::kept_from`).
+    previous_buckets: Vec<String>,
 }
 
 /// When a page heard an event or read: its page (`gen`) and how many events it had heard (`n`).
@@ -181,6 +184,8 @@ impl BrowserClient {
         let payload = &event["payload"];
         let name = event["name"].as_str().unwrap_or_default();
         let at = moment(event)?;
+        // Heard as the page opened: possibly what the page before it kept and did not tell.
+        self.rec.kept_from = (event["early"] == true).then(|| self.previous_buckets.clone());
         match name {
             "applied" => {
                 let id = payload["id"].as_str().and_then(|s| s.parse().ok()).ok_or("applied without id")?;
@@ -290,6 +295,7 @@ impl BrowserClient {
         self.rec.note(format!("reload, buckets {:?}", buckets.as_ref().unwrap_or(&self.rec.buckets)));
         // What the page heard before it goes is heard under the buckets it followed.
         self.drain().await?;
+        self.previous_buckets = self.rec.buckets.clone();
         if let Some(b) = &buckets {
             self.rec.buckets = b.clone();
         }
@@ -299,6 +305,7 @@ impl BrowserClient {
 
     pub async fn push_then_reload(&mut self) -> Result<(), String> {
         self.rec.note("reload with a push on the wire".into());
+        self.previous_buckets = self.rec.buckets.clone();
         self.call("pushThenReload", json!({})).await?;
         Ok(())
     }

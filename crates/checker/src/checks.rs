@@ -156,16 +156,24 @@ fn check_read(model: &Model, rec: &Record, read: &Read, tag: &str) -> Vec<String
                 // Folded into the row the device has, even a patch of a row it never pulled (the
                 // app's own columns, until a pull brings the rest); gone where the server placed the
                 // row outside the device's buckets.
+                // Decided under one of several bucket sets (a page telling what the page before
+                // it kept), the row may be folded in or gone.
                 let Some(entry) = rec.writes.get(id) else { continue };
-                let outside = bucket.as_ref().is_some_and(|b| !buckets.contains(b));
+                let outside = |set: &Vec<String>| bucket.as_ref().is_some_and(|b| !set.contains(b));
+                let (gone, kept) = (buckets.iter().any(outside), buckets.iter().any(|set| !outside(set)));
                 let options = bases.entry(row_name(&entry.table, &entry.pk)).or_insert_with(|| vec![None]);
-                for base in options.iter_mut() {
-                    *base = if outside { None } else { apply_op(base.take(), entry.op, entry.columns.as_ref()) };
+                let mut next: Vec<Option<Row>> = Vec::new();
+                if kept {
+                    next.extend(options.iter().map(|base| apply_op(base.clone(), entry.op, entry.columns.as_ref())));
                 }
+                if gone {
+                    next.push(None);
+                }
+                *options = next;
             }
             Heard::Rejected { table, pk, server_row, buckets } if i > commit_at => {
                 let options = bases.entry(row_name(table, pk)).or_insert_with(|| vec![None]);
-                options.push(in_buckets(server_row.clone(), buckets));
+                options.extend(buckets.iter().map(|set| in_buckets(server_row.clone(), set)));
             }
             _ => {}
         }

@@ -41,9 +41,10 @@ pub type At = (u64, u64);
 #[derive(Debug, Clone)]
 pub enum Heard {
     /// `bucket`: where the server placed the row.
-    Applied { id: Uuid, seq: Option<i64>, bucket: Option<String>, buckets: Vec<String> },
+    /// `buckets`: the sets of buckets the device may have decided it under (see `Record::kept_from`).
+    Applied { id: Uuid, seq: Option<i64>, bucket: Option<String>, buckets: Vec<Vec<String>> },
     /// A refusal: the row becomes the server's row (`None`: none may be shown).
-    Rejected { table: String, pk: String, server_row: Option<Row>, buckets: Vec<String> },
+    Rejected { table: String, pk: String, server_row: Option<Row>, buckets: Vec<Vec<String>> },
     Committed { horizon: i64 },
 }
 
@@ -70,6 +71,10 @@ pub struct Record {
     pub user: String,
     /// The buckets the device follows now.
     pub buckets: Vec<String>,
+    /// While a page tells what the page before it kept and did not tell (the browser client, at
+    /// open), the buckets that page followed: a verdict heard then was decided under them, or under
+    /// `buckets` when it is the new page's own.
+    pub kept_from: Option<Vec<String>>,
     /// Every mutation the device made, as last seen pending, by id.
     pub writes: BTreeMap<Uuid, OutboxEntry>,
     pub outcomes: BTreeMap<Uuid, Outcome>,
@@ -90,6 +95,7 @@ impl Record {
             name,
             user,
             buckets,
+            kept_from: None,
             writes: BTreeMap::new(),
             outcomes: BTreeMap::new(),
             heard: Vec::new(),
@@ -117,12 +123,17 @@ impl Record {
             }
         }
         self.outcomes.insert(id, Outcome::Applied(seq));
-        self.heard.push((at, Heard::Applied { id, seq, bucket, buckets: self.buckets.clone() }));
+        self.heard.push((at, Heard::Applied { id, seq, bucket, buckets: self.bucket_sets() }));
     }
 
     pub fn rejected(&mut self, at: At, entry: &OutboxEntry, reason: Reason, server_row: Option<Row>) {
         self.outcomes.insert(entry.id, Outcome::Rejected(reason));
-        self.heard.push((at, Heard::Rejected { table: entry.table.clone(), pk: entry.pk.clone(), server_row, buckets: self.buckets.clone() }));
+        self.heard.push((at, Heard::Rejected { table: entry.table.clone(), pk: entry.pk.clone(), server_row, buckets: self.bucket_sets() }));
+    }
+
+    /// The bucket sets a verdict heard now may have been decided under.
+    fn bucket_sets(&self) -> Vec<Vec<String>> {
+        self.kept_from.iter().cloned().chain([self.buckets.clone()]).collect()
     }
 
     /// A checkpoint committed: the read position never goes back.
