@@ -84,10 +84,8 @@ impl KizunaClient {
     /// `open` for Rust callers (the browser tests drive the same code path JS does).
     pub async fn connect(options: JsValue) -> Result<KizunaClient, JsValue> {
         let ClientOptions { name, indexes, config, transport, auto_sync, realtime_wakeups } = ClientOptions::parse(&options)?;
-        let store = Store::open(&name, indexes).await?;
-        // What a page that went away (a reload as a step committed) kept and did not tell: held
-        // for this page's first listeners, and told to the other tabs.
-        let unheard = store.take_unheard().await?;
+        // With what a page that went away (a reload as a step committed) kept and did not tell.
+        let (store, unheard) = Store::open(&name, indexes).await?;
         let (state, stamp) = store.load().await?;
         let state = match state {
             Some(state) => state,
@@ -131,10 +129,7 @@ impl KizunaClient {
             unheard_kept: Cell::new(0),
         });
         tabs::join(&inner);
-        if !unheard.is_empty() {
-            inner.tabs.announce(inner.version.get(), &unheard, None);
-            crate::events::replay(&inner.listeners, unheard);
-        }
+        inner.tell_unheard(inner.version.get(), unheard);
         Ok(KizunaClient { inner })
     }
 

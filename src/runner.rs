@@ -176,11 +176,18 @@ impl Inner {
         txn.commit().await?;
         self.version.set(stamp.version);
         self.engine.borrow_mut().take_over();
+        self.tell_unheard(stamp.version, unheard);
+        Ok(())
+    }
+
+    /// Tells events a page kept and never told (it went away as their step committed), taken by
+    /// this tab as it opened or took the lead: to its listeners (held for the first one of each
+    /// name, see `events::replay`) and to the other tabs, as of stamp `version`.
+    pub fn tell_unheard(&self, version: f64, unheard: Vec<Event>) {
         if !unheard.is_empty() {
-            self.tabs.announce(stamp.version, &unheard, None);
+            self.tabs.announce(version, &unheard, None);
             events::replay(&self.listeners, unheard);
         }
-        Ok(())
     }
 
     /// Sync health: the leader's own, or what a follower last heard from it.
@@ -205,19 +212,16 @@ impl Inner {
     async fn finish(&self, txn: WriteTxn<'_>, tx: &Transaction) -> Result<(), ClientError> {
         let stamp = SyncStamp { version: txn.stamp.version + 1.0, leader: txn.stamp.leader.clone() };
         let changes = !tx.ops.is_empty();
-        let mut lasting = Some(events::lasting(&tx.events)).filter(|l| !l.is_empty());
-        let kept = Cell::new(None);
+        let lasting = events::lasting(&tx.events);
+        let kept = (!lasting.is_empty()).then(|| {
+            let n = self.unheard_kept.get() + 1;
+            self.unheard_kept.set(n);
+            format!("{:016}:{}:{n:08}", stamp.version as u64, self.tabs.tab)
+        });
         let written = match txn
             .apply(&tx.ops)
             .and_then(|()| if changes { txn.put_stamp(&stamp) } else { Ok(()) })
-            .and_then(|()| {
-                if let Some(lasting) = lasting.take() {
-                    let n = self.unheard_kept.get() + 1;
-                    self.unheard_kept.set(n);
-                    kept.set(Some(txn.put_unheard(&format!("{:016}:{}:{n:08}", stamp.version as u64, self.tabs.tab), lasting)?));
-                }
-                Ok(())
-            }) {
+            .and_then(|()| kept.as_ref().map_or(Ok(()), |key| txn.put_unheard(key, lasting))) {
             Ok(()) => txn.commit().await,
             Err(e) => {
                 txn.abort();
@@ -234,7 +238,7 @@ impl Inner {
             let health = self.tabs.leading().then(|| self.health_json());
             self.tabs.announce(self.version.get(), &tx.events, health);
         }
-        if let (Some(key), Some(me)) = (kept.take(), self.me.upgrade()) {
+        if let (Some(key), Some(me)) = (kept, self.me.upgrade()) {
             // Told: drop the record in a transaction of its own, not awaited (a failure leaves it
             // for the next leader, which tells these events again).
             wasm_bindgen_futures::spawn_local(async move {

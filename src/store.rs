@@ -103,11 +103,13 @@ fn upgrade(event: VersionChangeEvent, db: Database) -> indexed_db_futures::Resul
 impl Store {
     /// Opens (or creates) database `name`, whose rows carry tokens for `indexes`: a database of
     /// schema 1 has its rows moved over, and rows stored under another declaration are re-tokened,
-    /// each once, in one transaction, before anything else reads them.
-    pub async fn open(name: &str, indexes: Indexes) -> Result<Store, ClientError> {
+    /// each once, in one transaction, before anything else reads them. Returns with it the events
+    /// a page that went away kept and did not tell (`WriteTxn::put_unheard`), taken in that same
+    /// transaction, for this page to tell (once its app listens).
+    pub async fn open(name: &str, indexes: Indexes) -> Result<(Store, Vec<Event>), ClientError> {
         let store = Store::connect(name, indexes).await?;
-        store.settle_rows().await?;
-        Ok(store)
+        let unheard = store.settle().await?;
+        Ok((store, unheard))
     }
 
     async fn connect(name: &str, indexes: Indexes) -> Result<Store, ClientError> {
@@ -125,9 +127,9 @@ impl Store {
         Ok(Store { db, indexes })
     }
 
-    /// Moves schema 1's rows into `ROWS`, and gives the rows of tables whose declared indexes
-    /// changed their new tokens.
-    async fn settle_rows(&self) -> Result<(), ClientError> {
+    /// Moves schema 1's rows into `ROWS`, gives the rows of tables whose declared indexes
+    /// changed their new tokens, and takes the events kept and not told.
+    async fn settle(&self) -> Result<Vec<Event>, ClientError> {
         let legacy = self.db.object_store_names().any(|n| n == LEGACY_ROWS);
         let tx = self.db.transaction(if legacy { vec![LEGACY_ROWS, ROWS, META] } else { vec![ROWS, META] })
             .with_mode(TransactionMode::Readwrite).build().map_err(failed)?;
@@ -146,7 +148,9 @@ impl Store {
         if !retoken.is_empty() {
             drop(meta.put(to_js(&self.indexes)?).with_key(JsValue::from_str(INDEXES_KEY)).primitive().map_err(failed)?);
         }
-        tx.commit().await.map_err(failed)
+        let unheard = take_unheard(&tx).await?;
+        tx.commit().await.map_err(failed)?;
+        Ok(unheard)
     }
 
     /// Writes every row of `from` (of `table` only, when given) into `to` with this store's tokens,
@@ -267,19 +271,10 @@ impl Store {
         read_rows(&store(&tx, ROWS)?, keys).await
     }
 
-    /// The events a page that went away kept and did not tell (`WriteTxn::put_unheard`), taken in
-    /// a transaction of their own when this page opens, so it tells them (once its app listens).
-    pub async fn take_unheard(&self) -> Result<Vec<Event>, ClientError> {
+    /// Drops the record `put_unheard` wrote under `suffix`: its events were told.
+    pub async fn forget_unheard(&self, suffix: &str) -> Result<(), ClientError> {
         let tx = self.db.transaction(META).with_mode(TransactionMode::Readwrite).build().map_err(failed)?;
-        let events = take_unheard(&tx).await?;
-        tx.commit().await.map_err(failed)?;
-        Ok(events)
-    }
-
-    /// Drops the record `put_unheard` wrote under `key`: its events were told.
-    pub async fn forget_unheard(&self, key: &str) -> Result<(), ClientError> {
-        let tx = self.db.transaction(META).with_mode(TransactionMode::Readwrite).build().map_err(failed)?;
-        drop(store(&tx, META)?.delete(JsValue::from_str(key)).primitive().map_err(failed)?);
+        drop(store(&tx, META)?.delete(JsValue::from_str(&format!("{UNHEARD}{suffix}"))).primitive().map_err(failed)?);
         tx.commit().await.map_err(failed)
     }
 }
@@ -313,13 +308,12 @@ impl WriteTxn<'_> {
     /// Keeps `events` with the step that commits them, under `unheard:<suffix>`: a page that goes
     /// away while the step commits (a reload) would otherwise take them with it, though their
     /// writes have left the outbox. The tab drops the record once it has told them
-    /// (`Store::forget_unheard`); one that never could is told by the next client to open the
-    /// database or the next tab to lead (`take_unheard`). Returns the record's key.
-    pub fn put_unheard(&self, suffix: &str, events: Vec<Event>) -> Result<String, ClientError> {
-        let key = format!("{UNHEARD}{suffix}");
+    /// (`Store::forget_unheard`, with the same suffix); one that never could is told by the next
+    /// client to open the database or the next tab to lead (`take_unheard`).
+    pub fn put_unheard(&self, suffix: &str, events: Vec<Event>) -> Result<(), ClientError> {
         let text = crate::tabs::events_text(events).map_err(|e| ClientError::new("STORAGE_FAILED", format!("cannot encode events: {e}")))?;
-        drop(store(&self.tx, META)?.put(JsValue::from_str(&text)).with_key(JsValue::from_str(&key)).primitive().map_err(failed)?);
-        Ok(key)
+        drop(store(&self.tx, META)?.put(JsValue::from_str(&text)).with_key(JsValue::from_str(&format!("{UNHEARD}{suffix}"))).primitive().map_err(failed)?);
+        Ok(())
     }
 
     /// Every event `put_unheard` kept and nobody dropped, in commit order; they are deleted when
