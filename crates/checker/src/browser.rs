@@ -114,7 +114,7 @@ pub struct BrowserClient {
     pub online: bool,
     driver: Arc<Mutex<Driver>>,
     id: String,
-    /// The buckets the page before this one followed (see `Record::kept_from`).
+    /// The buckets the page before this one followed (see `Record::applied`).
     previous_buckets: Vec<String>,
 }
 
@@ -185,7 +185,7 @@ impl BrowserClient {
         let name = event["name"].as_str().unwrap_or_default();
         let at = moment(event)?;
         // Heard as the page opened: possibly what the page before it kept and did not tell.
-        self.rec.kept_from = (event["early"] == true).then(|| self.previous_buckets.clone());
+        let kept_from = (event["early"] == true).then(|| self.previous_buckets.clone());
         match name {
             "applied" => {
                 let id = payload["id"].as_str().and_then(|s| s.parse().ok()).ok_or("applied without id")?;
@@ -193,7 +193,7 @@ impl BrowserClient {
                     return Ok(());
                 }
                 self.rec.note(format!("applied {} seq {}", payload["pk"].as_str().unwrap_or_default(), payload["seq"]));
-                self.rec.applied(at, id, payload["seq"].as_i64(), payload["bucket"].as_str().map(str::to_owned));
+                self.rec.applied(at, id, payload["seq"].as_i64(), payload["bucket"].as_str().map(str::to_owned), kept_from.as_deref());
             }
             "rejected" => {
                 let mutation = entry(&payload["mutation"])?;
@@ -204,7 +204,7 @@ impl BrowserClient {
                 let server_row: Option<Row> = payload["serverRow"].as_object().cloned();
                 self.rec.note(format!("rejected {} {reason:?}", mutation.pk));
                 self.rec.writes.insert(mutation.id, mutation.clone());
-                self.rec.rejected(at, &mutation, reason, server_row);
+                self.rec.rejected(at, &mutation, reason, server_row, kept_from.as_deref());
             }
             "deadLetter" => {
                 let dead = entry(&payload["entry"])?;

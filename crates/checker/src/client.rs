@@ -81,8 +81,8 @@ impl Client {
     fn hear(&mut self, events: Vec<Event>) {
         for event in events {
             match event {
-                Event::Applied { id, seq, bucket, .. } => self.rec.applied(self.next(), id, seq, bucket),
-                Event::Rejected { mutation, reason, server_row, .. } => self.rec.rejected(self.next(), &mutation, reason, server_row),
+                Event::Applied { id, seq, bucket, .. } => self.rec.applied(self.next(), id, seq, bucket, None),
+                Event::Rejected { mutation, reason, server_row, .. } => self.rec.rejected(self.next(), &mutation, reason, server_row, None),
                 Event::DeadLetter { entry, .. } => {
                     self.rec.outcomes.insert(entry.id, Outcome::DeadLettered);
                     // The app discards it: a poisoned write stays poisoned.

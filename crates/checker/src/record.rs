@@ -41,7 +41,7 @@ pub type At = (u64, u64);
 #[derive(Debug, Clone)]
 pub enum Heard {
     /// `bucket`: where the server placed the row.
-    /// `buckets`: the sets of buckets the device may have decided it under (see `Record::kept_from`).
+    /// `buckets`: the sets of buckets the device may have decided it under (see `Record::applied`).
     Applied { id: Uuid, seq: Option<i64>, bucket: Option<String>, buckets: Vec<Vec<String>> },
     /// A refusal: the row becomes the server's row (`None`: none may be shown).
     Rejected { table: String, pk: String, server_row: Option<Row>, buckets: Vec<Vec<String>> },
@@ -71,10 +71,6 @@ pub struct Record {
     pub user: String,
     /// The buckets the device follows now.
     pub buckets: Vec<String>,
-    /// While a page tells what the page before it kept and did not tell (the browser client, at
-    /// open), the buckets that page followed: a verdict heard then was decided under them, or under
-    /// `buckets` when it is the new page's own.
-    pub kept_from: Option<Vec<String>>,
     /// Every mutation the device made, as last seen pending, by id.
     pub writes: BTreeMap<Uuid, OutboxEntry>,
     pub outcomes: BTreeMap<Uuid, Outcome>,
@@ -95,7 +91,6 @@ impl Record {
             name,
             user,
             buckets,
-            kept_from: None,
             writes: BTreeMap::new(),
             outcomes: BTreeMap::new(),
             heard: Vec::new(),
@@ -112,8 +107,10 @@ impl Record {
     }
 
     /// A verdict: APPLIED (or SKIPPED, with no commit number) at `seq`. A write commits after the
-    /// read watermark it was made on (writes follow reads).
-    pub fn applied(&mut self, at: At, id: Uuid, seq: Option<i64>, bucket: Option<String>) {
+    /// read watermark it was made on (writes follow reads). `kept_from`: heard as a browser page
+    /// opened, it may be one the page before kept and did not tell, decided under the buckets that
+    /// page followed (or under `buckets`, when it is the new page's own).
+    pub fn applied(&mut self, at: At, id: Uuid, seq: Option<i64>, bucket: Option<String>, kept_from: Option<&[String]>) {
         if let (Some(entry), Some(seq)) = (self.writes.get(&id), seq) {
             if seq <= entry.read_seq {
                 self.violations.push(format!(
@@ -123,17 +120,18 @@ impl Record {
             }
         }
         self.outcomes.insert(id, Outcome::Applied(seq));
-        self.heard.push((at, Heard::Applied { id, seq, bucket, buckets: self.bucket_sets() }));
+        self.heard.push((at, Heard::Applied { id, seq, bucket, buckets: self.bucket_sets(kept_from) }));
     }
 
-    pub fn rejected(&mut self, at: At, entry: &OutboxEntry, reason: Reason, server_row: Option<Row>) {
+    /// A refusal; `kept_from` as for `applied`.
+    pub fn rejected(&mut self, at: At, entry: &OutboxEntry, reason: Reason, server_row: Option<Row>, kept_from: Option<&[String]>) {
         self.outcomes.insert(entry.id, Outcome::Rejected(reason));
-        self.heard.push((at, Heard::Rejected { table: entry.table.clone(), pk: entry.pk.clone(), server_row, buckets: self.bucket_sets() }));
+        self.heard.push((at, Heard::Rejected { table: entry.table.clone(), pk: entry.pk.clone(), server_row, buckets: self.bucket_sets(kept_from) }));
     }
 
     /// The bucket sets a verdict heard now may have been decided under.
-    fn bucket_sets(&self) -> Vec<Vec<String>> {
-        self.kept_from.iter().cloned().chain([self.buckets.clone()]).collect()
+    fn bucket_sets(&self, kept_from: Option<&[String]>) -> Vec<Vec<String>> {
+        kept_from.map(<[String]>::to_vec).into_iter().chain([self.buckets.clone()]).collect()
     }
 
     /// A checkpoint committed: the read position never goes back.
