@@ -59,6 +59,86 @@ begin
 end
 $$;
 
+-- What kizuna.plan_runs works out from the catalogs about a table (kizuna.run_facts) is kept for
+-- the session, under the catalog epoch: a number that every DDL command in this database advances
+-- (an event trigger at ddl_command_end). Worked out afresh at every push, the catalog queries cost
+-- more than a whole slice's INSERT. An answer is kept only when no transaction that changed the
+-- catalogs is still open: such a transaction holds kizuna.catalog_lock() shared from its first
+-- DDL command to its end, so an answer worked out from catalogs that it is about to change is
+-- never kept under the epoch it has already drawn. Without the event trigger (creating one needs a
+-- superuser) nothing is kept, and every push works its facts out afresh, as before.
+create sequence if not exists kizuna.catalog_epoch;
+
+create or replace function kizuna.catalog_lock() returns bigint language sql immutable as
+  'select 7583421590113002';
+
+create or replace function kizuna.advance_catalog_epoch() returns event_trigger
+language plpgsql security definer set search_path = pg_catalog as $$
+begin
+  perform pg_advisory_xact_lock_shared(kizuna.catalog_lock());
+  perform nextval('kizuna.catalog_epoch');
+end
+$$;
+
+do $$
+begin
+  if not exists (select 1 from pg_event_trigger where evtname = 'kizuna_catalog_epoch') then
+    begin
+      create event trigger kizuna_catalog_epoch on ddl_command_end execute function kizuna.advance_catalog_epoch();
+    exception when insufficient_privilege then
+      raise notice 'kizuna: the catalog epoch needs an event trigger, which needs a superuser: every push works out its tables'' facts afresh';
+    end;
+  end if;
+  if exists (select 1 from pg_event_trigger where evtname = 'kizuna_catalog_epoch' and evtenabled <> 'A') then
+    alter event trigger kizuna_catalog_epoch enable always;  -- in replica sessions too
+  end if;
+end
+$$;
+
+-- The catalog epoch, or null when an answer may not be kept now: no event trigger advances it, or
+-- a transaction that changed the catalogs is still open. Taking the lock excludes only the moment
+-- of reading: a DDL transaction that draws a new epoch after it was released makes the answer
+-- kept under this one stale, and is never seen as this one.
+create or replace function kizuna.settled_catalog_epoch() returns bigint
+language plpgsql security definer set search_path = pg_catalog as $$
+declare
+  epoch bigint;
+begin
+  if not exists (select 1 from pg_event_trigger where evtname = 'kizuna_catalog_epoch' and evtenabled = 'A') then
+    return null;
+  end if;
+  if not pg_try_advisory_lock(kizuna.catalog_lock()) then
+    return null;
+  end if;
+  select last_value into epoch from kizuna.catalog_epoch;
+  perform pg_advisory_unlock(kizuna.catalog_lock());
+  return epoch;
+end
+$$;
+
+-- What kizuna.plan_runs needs to know of a table: `ops` (kizuna.run_ops), `key_type` and
+-- `writable` (its key column's type and its writable columns). Kept for the session under the
+-- catalog epoch and the table's registry row.
+create or replace function kizuna.run_facts(t kizuna.synced_tables) returns jsonb language plpgsql as $$
+declare
+  setting constant text := 'kizuna.run_facts_' || t.rel::oid;
+  epoch constant bigint := kizuna.settled_catalog_epoch();
+  kept_as constant text := epoch || ':' || md5(t::text) || ' ';
+  kept constant text := current_setting(setting, true);
+  facts jsonb;
+begin
+  if epoch is not null and starts_with(kept, kept_as) then
+    return substr(kept, length(kept_as) + 1)::jsonb;
+  end if;
+  facts := jsonb_build_object('ops', to_jsonb(kizuna.run_ops(t)), 'key_type', kizuna.column_type(t.rel, t.pk_column),
+                              'writable', kizuna.writable_columns(t.rel));
+  if epoch is not null then
+    perform set_config(setting, kept_as || facts::text, false);
+  end if;
+  return facts;
+end
+$$;
+
 -- The ops a table's mutations may be applied in runs (see above); empty: none.
 create or replace function kizuna.run_ops(t kizuna.synced_tables) returns text[] language plpgsql stable as $$
 begin
@@ -120,6 +200,7 @@ declare
   e_cols text[] := array_fill(null::text, array[greatest(n, 1)]);
   batch_at boolean[] := array_fill(false, array[greatest(n, 1)]);  -- an atomic batch applies here
   t kizuna.synced_tables;
+  facts jsonb;
   ops text[];
   key_type text;
   writable jsonb;
@@ -149,14 +230,15 @@ begin
   for t in select s.* from kizuna.synced_tables s
             where s.name in (select e ->> 'table' from jsonb_array_elements(muts) with ordinality a(e, o)
                               where verdicts[o] is null and e ->> 'batch' is null) loop
-    ops := kizuna.run_ops(t);
+    facts := kizuna.run_facts(t);
+    ops := array(select jsonb_array_elements_text(facts -> 'ops'));
     continue when cardinality(ops) = 0;
     select array_agg(o::integer order by o), array_agg(e ->> 'pk' order by o) into positions, raw
       from jsonb_array_elements(muts) with ordinality a(e, o)
      where verdicts[o] is null and e ->> 'batch' is null and e ->> 'table' = t.name and e ->> 'op' = any (ops);
     continue when positions is null;
     -- One spelling per key, as the per-mutation path casts it; a key that does not cast is null.
-    key_type := kizuna.column_type(t.rel, t.pk_column);
+    key_type := facts ->> 'key_type';
     keys := raw;
     if key_type <> 'text' then
       begin
@@ -180,7 +262,7 @@ begin
       end;
     end if;
     deleted := kizuna.deleted_keys(t.name, keys, client);
-    writable := kizuna.writable_columns(t.rel);
+    writable := facts -> 'writable';
     -- What the per-mutation path would refuse before writing goes alone (it gives the verdict).
     for r in
       select u.pos, m.e ->> 'op' as op, u.key, k.cols

@@ -229,6 +229,33 @@ async fn rules_that_read_other_rows_see_the_slice_one_write_at_a_time() {
     assert_eq!(order, json!(["z", "a", "m", "b"]), "numbered in the order written");
 }
 
+/// A session keeps what it worked out about a table (kizuna.run_facts) until the catalogs change:
+/// a policy added from another session after this one pushed takes effect at its next push.
+#[tokio::test]
+async fn a_rule_added_after_a_push_keeps_the_next_slice_off_runs() {
+    let db = TestDb::new().await;
+    db.owned_table("capped", "id text primary key, title text", "").await;
+    let alice = Caller::user(ALICE);
+    let first = db.push(&alice, push_request(ALICE_PHONE, vec![mutation(1, "capped", "c1", "upsert", json!({"title": "x"}))])).await.unwrap();
+    assert_eq!(statuses(&first), ["APPLIED"]);
+    assert_eq!(run_ops(&db, "capped").await, ["delete", "patch", "upsert"]);
+
+    // At most three rows per owner, from another session: a rule one statement would see once.
+    db.connect()
+        .await
+        .batch_execute(
+            "create policy cap on public.capped as restrictive for insert
+               with check ((select count(*) from public.capped c where c.owner = auth.uid()) < 3);",
+        )
+        .await
+        .unwrap();
+    assert!(run_ops(&db, "capped").await.is_empty());
+    let slice: Vec<Value> = (2..=5).map(|i| mutation(i, "capped", &format!("c{i}"), "upsert", json!({"title": "x"}))).collect();
+    let response = db.push(&alice, push_request(ALICE_PHONE, slice)).await.unwrap();
+    assert_eq!(statuses(&response), ["APPLIED", "APPLIED", "REJECTED:RLS_DENIED", "REJECTED:RLS_DENIED"]);
+    assert_eq!(db.one::<i64>("select count(*) from public.capped").await, 3);
+}
+
 #[tokio::test]
 async fn tables_one_statement_could_tell_apart_keep_the_per_mutation_path() {
     let db = TestDb::new().await;
