@@ -340,8 +340,8 @@ begin
   -- The answer's verdicts (APPLIED ones with the commit number), and the ledger rows of the fresh ones.
   with v as (
     select o, (x ->> '_fresh')::boolean as is_fresh, (x ->> '_seq')::bigint as client_seq,
-           case when x ->> 'status' = 'APPLIED' and (x ->> '_fresh')::boolean then x || jsonb_build_object('seq', s) else x end
-             - '_fresh' - '_seq' as verdict
+           case when x ->> 'status' = 'APPLIED' and (x ->> '_fresh')::boolean
+                then (x - '{_fresh,_seq}'::text[]) || jsonb_build_object('seq', s) else x - '{_fresh,_seq}'::text[] end as verdict
       from jsonb_array_elements(verdicts) with ordinality as a(x, o)
   ), written as (
     insert into kizuna.ledger (id, client_id, client_seq, verdict)
@@ -734,6 +734,7 @@ declare
   v jsonb;
   m jsonb;
   batch_id text;
+  batches text[];
   live integer[];
   failed integer;
   failed_verdict jsonb;
@@ -753,9 +754,10 @@ begin
     run_at[(runs -> k -> 'positions' ->> 0)::integer] := k;
   end loop;
 
+  batches := array(select e ->> 'batch' from jsonb_array_elements(muts) with ordinality a(e, o) order by o);
+
   for i in 1 .. n loop
-    m := muts -> (i - 1);
-    batch_id := m ->> 'batch';
+    batch_id := batches[i];
 
     if batch_id is null then
       continue when verdicts[i] is not null;
@@ -769,6 +771,7 @@ begin
           verdicts[positions[k]] := out -> (k - 1);
         end loop;
       else
+        m := muts -> (i - 1);
         verdicts[i] := kizuna.with_server_row(kizuna.apply_mutation(m, c.client_id, who), m);
       end if;
       continue;

@@ -328,10 +328,11 @@ declare
   cols text[];
   assign text[];
   written text;
-  done_keys text[];
-  done_buckets text[];
+  done jsonb;
+  done_count bigint;
   refused bigint;
   verdicts jsonb := '[]';
+  unwritten integer[];
   m jsonb;
   j integer;
   half integer;
@@ -344,8 +345,8 @@ begin
     cols := array(select k from jsonb_object_keys(rows_[1]) k order by k);
     assign := array(select c from unnest(cols) c where c <> t.pk_column);
   end if;
-  -- One statement writes the run and returns, per row written: its key, its bucket (the registry's
-  -- expression over the row written) and whether the gate refuses it.
+  -- One statement writes the run and returns the rows written, as an object from each one's key to
+  -- its bucket (the registry's expression over the row written), and how many the gate refuses.
   written := case op
     when 'upsert' then format($q$
       insert into %1$s as t (%2$s)
@@ -378,17 +379,18 @@ begin
   begin
     -- As the per-mutation path leaves it for an arrival-mode table (the capture trigger reads it).
     perform set_config('kizuna.hlc', '', true);
-    execute format('with w as (%s) select array_agg(w.%I::text), array_agg(%s), count(*) filter (where %s) from w',
+    execute format('with w as (%s) select jsonb_object_agg(w.%I::text, %s), count(*), count(*) filter (where %s) from w',
                    written, t.pk_column,
                    case when op = 'delete' then 'null::text' else '(' || t.bucket_expr || ')::text' end,
                    coalesce((select format('%I.%I($3, to_jsonb(w)) is not true', ns.nspname, p.proname)
                                from pg_proc p join pg_namespace ns on ns.oid = p.pronamespace where p.oid = t.gate), 'false'))
-      into done_keys, done_buckets, refused using rows_, keys, op;
+      into done, done_count, refused using rows_, keys, op;
+    done := coalesce(done, '{}');
     if refused > 0 then
       raise exception 'the gate refused % rows of the run', refused using errcode = 'KZR01';
     end if;
-    if op = 'upsert' and coalesce(cardinality(done_keys), 0) <> n then
-      raise exception 'a run upsert wrote % of % rows', coalesce(cardinality(done_keys), 0), n using errcode = 'KZR01';
+    if op = 'upsert' and done_count <> n then
+      raise exception 'a run upsert wrote % of % rows', done_count, n using errcode = 'KZR01';
     end if;
   exception when others then
     get stacked diagnostics err_state = returned_sqlstate;
@@ -409,18 +411,17 @@ begin
     return verdicts;
   end;
 
-  select jsonb_agg(case when d.k is not null then jsonb_strip_nulls(jsonb_build_object(
-           'id', muts -> (positions[g.x] - 1) -> 'id', 'status', 'APPLIED', 'replayed', false, 'bucket', d.b,
-           '_fresh', true, '_seq', muts -> (positions[g.x] - 1) -> 'client_seq')) end order by g.x)
-    into verdicts
-    from generate_subscripts(positions, 1) g(x)
-    left join unnest(done_keys, done_buckets) d(k, b) on d.k = keys[g.x];
-  for j in 1 .. n loop
-    if verdicts -> (j - 1) = 'null' then
-      -- No row affected (patch, delete): absent, or the caller's policy hides or protects it.
-      m := muts -> (positions[j] - 1);
-      verdicts := jsonb_set(verdicts, array[(j - 1)::text], kizuna.with_server_row(kizuna.rejected(m, 'RLS_DENIED'), m));
-    end if;
+  -- Each mutation's row is found by its key in `done`, in one pass over the run.
+  select jsonb_agg(case when done ? u.k then jsonb_strip_nulls(jsonb_build_object(
+           'id', muts -> (u.p - 1) -> 'id', 'status', 'APPLIED', 'replayed', false, 'bucket', done -> u.k,
+           '_fresh', true, '_seq', muts -> (u.p - 1) -> 'client_seq')) end order by u.x),
+         array_agg(u.x) filter (where not done ? u.k)
+    into verdicts, unwritten
+    from unnest(positions, keys) with ordinality u(p, k, x);
+  foreach j in array coalesce(unwritten, '{}') loop
+    -- No row affected (patch, delete): absent, or the caller's policy hides or protects it.
+    m := muts -> (positions[j] - 1);
+    verdicts := jsonb_set(verdicts, array[(j - 1)::text], kizuna.with_server_row(kizuna.rejected(m, 'RLS_DENIED'), m));
   end loop;
   return verdicts;
 end
