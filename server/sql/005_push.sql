@@ -238,7 +238,10 @@ begin
     into found, foreign_id
     from (select e, o, min(o) over (partition by coalesce(e ->> 'batch', o::text)) as first_o
             from jsonb_array_elements(muts) with ordinality x(e, o)) a
-    left join kizuna.ledger l on l.id = (a.e ->> 'id')::uuid;
+    -- One index lookup per mutation; the limit keeps the planner from turning it back into a join.
+    -- As a join, the planner, which cannot tell how many mutations a request holds, hashed the
+    -- whole ledger at every push: a sequential scan of every id ever pushed (2 ms at 9,000 rows).
+    left join lateral (select l.client_id, l.verdict from kizuna.ledger l where l.id = (a.e ->> 'id')::uuid limit 1) l on true;
   if foreign_id is not null then
     perform kizuna.fail('KZP01', format('mutation id %s belongs to another client', foreign_id));
   end if;
