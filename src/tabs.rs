@@ -214,11 +214,21 @@ impl Tabs {
     }
 }
 
+/// Posts each message as JSON text: the channel clones a string in one copy, where an object is
+/// built by `JSON.parse` and then walked field by field, on every committing step.
 fn post_all(channel: &web_sys::BroadcastChannel, outgoing: &RefCell<Vec<Message>>) {
     for message in std::mem::take(&mut *outgoing.borrow_mut()) {
-        if let Ok(js) = crate::js::encode(&message) {
-            let _ = channel.post_message(&js);
+        if let Ok(text) = serde_json::to_string(&message) {
+            let _ = channel.post_message(&JsValue::from_str(&text));
         }
+    }
+}
+
+/// A message as `post_all` posts it, or as an object (posted by a tab of an earlier version).
+fn message_of(data: &JsValue) -> Option<Message> {
+    match data.as_string() {
+        Some(text) => serde_json::from_str(&text).ok(),
+        None => crate::js::decode(data).ok(),
     }
 }
 
@@ -230,7 +240,7 @@ pub fn join(inner: &Rc<Inner>) {
         let weak = Rc::downgrade(inner);
         let handler = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
             let Some(inner) = weak.upgrade() else { return };
-            if let Ok(message) = crate::js::decode::<Message>(&event.data()) {
+            if let Some(message) = message_of(&event.data()) {
                 receive(&inner, message);
             }
         });
