@@ -7,7 +7,7 @@ use std::rc::{Rc, Weak};
 
 use futures_util::lock::Mutex;
 use kizuna_engine::{Checkpoint, CommitPlan, Config, Engine, EngineError, Event, Failure, LocalWrite, PullStep, RowKey, RowRecord, StoreOp, Transaction};
-use kizuna_protocol::{ErrorClass, PullPage, PullRequest, PushResponse};
+use kizuna_protocol::{ErrorClass, PullPage, PullRequest, PushRequest, PushResponse};
 use serde_json::{json, Value};
 
 use crate::error::ClientError;
@@ -327,31 +327,51 @@ impl Inner {
     }
 
     /// Sends the next due slice, if any, after a step that writes what must be durable before it
-    /// goes (see `Engine::poll_push`); returns its answer.
-    async fn send_next(&self) -> Result<Option<Result<PushResponse, Failure>>, ClientError> {
+    /// goes (see `Engine::poll_push`); returns its answer. With `settle`, that step runs even when
+    /// it writes nothing, so the slice holds every write any tab committed before (`sync()`).
+    async fn send_next(&self, settle: bool) -> Result<Option<Result<PushResponse, Failure>>, ClientError> {
         let t = now();
-        let request = self
-            .step(true, &[], |engine, _| {
-                Ok(match engine.poll_push(t) {
-                    Some((request, tx)) => (tx, Some(request)),
-                    None => (Transaction::default(), None),
+        let unwritten = if settle { None } else { self.poll_unwritten(t) };
+        let request = match unwritten {
+            Some(request) => Some(request),
+            None => {
+                self.step(true, &[], |engine, _| {
+                    Ok(match engine.poll_push(t) {
+                        Some((request, tx)) => (tx, Some(request)),
+                        None => (Transaction::default(), None),
+                    })
                 })
-            })
-            .await?;
+                .await?
+            }
+        };
         Ok(match request {
             Some(request) => Some(self.transport.rpc::<_, PushResponse>("kizuna_push", &request).await),
             None => None,
         })
     }
 
-    /// Pushes until nothing is due. Returns the number of requests answered and the first failure.
+    /// The next slice, when this tab leads and sending it writes nothing first
+    /// (`Engine::next_push_writes_nothing`): it needs no store transaction before it goes. A tab
+    /// that lost the lead without hearing of it yet sends at most one slice the new leader also
+    /// sends; the server answers the second from its ledger, and this tab's step for the answer is
+    /// refused (`begin`). Without it the push of a lone write, on the path of every wake-up of
+    /// another device, waited for a store transaction that wrote nothing.
+    fn poll_unwritten(&self, t: i64) -> Option<PushRequest> {
+        if !self.tabs.leading() || !self.engine.borrow().next_push_writes_nothing(t) {
+            return None;
+        }
+        self.engine.borrow_mut().poll_push(t).map(|(request, _)| request)
+    }
+
+    /// Pushes until nothing is due (`settle`: see `send_next`). Returns the number of requests
+    /// answered and the first failure.
     /// One request is in flight at a time, but when sending the next slice needs nothing written
     /// first, it goes out while the previous answer's step is still being written: the client's
     /// own time per slice then runs beside the request instead of between two requests.
-    async fn push_all(&self) -> Result<(usize, Option<(Failure, ErrorClass)>), ClientError> {
+    async fn push_all(&self, settle: bool) -> Result<(usize, Option<(Failure, ErrorClass)>), ClientError> {
         let mut answered = 0;
         let mut first_failure = None;
-        let mut answer = self.send_next().await?;
+        let mut answer = self.send_next(settle).await?;
         for n in 1..=MAX_PUSHES_PER_SYNC {
             let Some(this) = answer.take() else { break };
             // What the answer settles: the rows of the slice's keys (read in its step unless held).
@@ -372,11 +392,7 @@ impl Inner {
                 }
             };
             let go_on = go_on && n < MAX_PUSHES_PER_SYNC;
-            let pipelined = if go_on && self.tabs.leading() && self.engine.borrow().next_push_writes_nothing(now()) {
-                self.engine.borrow_mut().poll_push(now()).map(|(request, _)| request)
-            } else {
-                None
-            };
+            let pipelined = if go_on { self.poll_unwritten(now()) } else { None };
             match pipelined {
                 Some(request) => {
                     // The request is polled first, so it is on the wire before the step's writes
@@ -394,7 +410,7 @@ impl Inner {
                 None => {
                     self.conclude(txn, Ok((stepped, ()))).await?;
                     if go_on {
-                        answer = self.send_next().await?;
+                        answer = self.send_next(false).await?;
                     }
                 }
             }
@@ -492,7 +508,7 @@ impl Inner {
             return Err(ClientError::new("OFFLINE", "the browser reports no network; writes wait in the outbox").with_retryable(true));
         }
         self.engine.borrow_mut().request_push();
-        let (pushes, failure) = self.push_all().await?;
+        let (pushes, failure) = self.push_all(true).await?;
         if let Some((f, class)) = &failure {
             if class.is_retryable() {
                 return Err(failure_error(f));
@@ -519,7 +535,7 @@ impl Inner {
             // A timer that fired for a pull (a wake-up) goes straight to it: asking the engine for
             // a slice costs a store transaction, on the path of every remote change.
             if self.engine.borrow().push_due(now()) {
-                let _ = self.push_all().await;
+                let _ = self.push_all(false).await;
             }
             let _ = self.pull_run().await;
         }
