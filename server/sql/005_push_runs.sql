@@ -64,8 +64,8 @@ $$;
 -- (an event trigger at ddl_command_end). Worked out afresh at every push, the catalog queries cost
 -- more than a whole slice's INSERT. An answer is kept only when no transaction that changed the
 -- catalogs is still open: such a transaction holds kizuna.catalog_lock() shared from its first
--- DDL command to its end, so an answer worked out from catalogs that it is about to change is
--- never kept under the epoch it has already drawn. Without the event trigger (creating one needs a
+-- DDL command to its end (nothing takes it exclusively, so it never waits), so an answer worked
+-- out from catalogs that it is about to change is never kept under the epoch it has already drawn. Without the event trigger (creating one needs a
 -- superuser) nothing is kept, and every push works its facts out afresh, as before.
 create sequence if not exists kizuna.catalog_epoch;
 
@@ -96,9 +96,12 @@ end
 $$;
 
 -- The catalog epoch, or null when an answer may not be kept now: no event trigger advances it, or
--- a transaction that changed the catalogs is still open. Taking the lock excludes only the moment
--- of reading: a DDL transaction that draws a new epoch after it was released makes the answer
--- kept under this one stale, and is never seen as this one.
+-- a transaction that changed the catalogs is still open. The epoch is read first: a DDL
+-- transaction that drew it took the lock before, and holds it until its changes are visible to
+-- every new snapshot, so either the lock is still listed or the catalogs read after this show what
+-- it changed. One that draws a new epoch after the read makes what is kept under this one stale.
+-- The lock is looked up in pg_locks rather than taken: a session-level lock that a cancel left
+-- held would have stopped every DDL command of the database.
 create or replace function kizuna.settled_catalog_epoch() returns bigint
 language plpgsql security definer set search_path = pg_catalog as $$
 declare
@@ -107,11 +110,14 @@ begin
   if not exists (select 1 from pg_event_trigger where evtname = 'kizuna_catalog_epoch' and evtenabled = 'A') then
     return null;
   end if;
-  if not pg_try_advisory_lock(kizuna.catalog_lock()) then
+  select last_value into epoch from kizuna.catalog_epoch;
+  if exists (select 1 from pg_locks l
+              where l.locktype = 'advisory' and l.objsubid = 1
+                and l.database = (select d.oid from pg_database d where d.datname = current_database())
+                and l.classid = (kizuna.catalog_lock() >> 32)::oid
+                and l.objid = (kizuna.catalog_lock() & 4294967295)::oid) then
     return null;
   end if;
-  select last_value into epoch from kizuna.catalog_epoch;
-  perform pg_advisory_unlock(kizuna.catalog_lock());
   return epoch;
 end
 $$;

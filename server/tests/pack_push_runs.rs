@@ -256,6 +256,43 @@ async fn a_rule_added_after_a_push_keeps_the_next_slice_off_runs() {
     assert_eq!(db.one::<i64>("select count(*) from public.capped").await, 3);
 }
 
+/// What a push works out while a DDL transaction is open is not kept: the rule that transaction
+/// adds takes effect at the session's next push, though the push that ran beside it drew the epoch
+/// the transaction had already advanced.
+#[tokio::test]
+async fn a_push_beside_an_open_ddl_transaction_keeps_nothing_of_it() {
+    let db = TestDb::new().await;
+    db.owned_table("capped", "id text primary key, title text", "").await;
+    let alice = Caller::user(ALICE);
+    let pusher = std::sync::Arc::new(db.connect().await);
+    let first = support::db::call_as(&pusher, &alice, "kizuna_push",
+        push_request(ALICE_PHONE, vec![mutation(1, "capped", "c1", "upsert", json!({"title": "x"}))])).await.unwrap();
+    assert_eq!(statuses(&first), ["APPLIED"]);
+
+    let ddl = db.connect().await;
+    ddl.batch_execute(
+        "begin;
+         create policy cap on public.capped as restrictive for insert
+           with check ((select count(*) from public.capped c where c.owner = auth.uid()) < 3);",
+    )
+    .await
+    .unwrap();
+    // Works out the table's facts from the catalogs as they were, then waits for the policy's lock.
+    let beside = tokio::spawn({
+        let (pusher, alice) = (pusher.clone(), alice.clone());
+        let request = push_request(ALICE_PHONE, vec![mutation(2, "capped", "c2", "upsert", json!({"title": "x"}))]);
+        async move { support::db::call_as(&pusher, &alice, "kizuna_push", request).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    ddl.batch_execute("commit").await.unwrap();
+    assert_eq!(statuses(&beside.await.unwrap().unwrap()), ["APPLIED"]);
+
+    let slice: Vec<Value> = (3..=6).map(|i| mutation(i, "capped", &format!("c{i}"), "upsert", json!({"title": "x"}))).collect();
+    let response = support::db::call_as(&pusher, &alice, "kizuna_push", push_request(ALICE_PHONE, slice)).await.unwrap();
+    assert_eq!(statuses(&response), ["APPLIED", "REJECTED:RLS_DENIED", "REJECTED:RLS_DENIED", "REJECTED:RLS_DENIED"]);
+    assert_eq!(db.one::<i64>("select count(*) from public.capped").await, 3);
+}
+
 #[tokio::test]
 async fn tables_one_statement_could_tell_apart_keep_the_per_mutation_path() {
     let db = TestDb::new().await;
