@@ -351,16 +351,16 @@ impl Inner {
     }
 
     /// The next slice, when this tab leads and sending it writes nothing first
-    /// (`Engine::next_push_writes_nothing`): it needs no store transaction before it goes. A tab
+    /// (`Engine::poll_push_unwritten`): it needs no store transaction before it goes. A tab
     /// that lost the lead without hearing of it yet sends at most one slice the new leader also
     /// sends; the server answers the second from its ledger, and this tab's step for the answer is
     /// refused (`begin`). Without it the push of a lone write, on the path of every wake-up of
     /// another device, waited for a store transaction that wrote nothing.
     fn poll_unwritten(&self, t: i64) -> Option<PushRequest> {
-        if !self.tabs.leading() || !self.engine.borrow().next_push_writes_nothing(t) {
+        if !self.tabs.leading() {
             return None;
         }
-        self.engine.borrow_mut().poll_push(t).map(|(request, _)| request)
+        self.engine.borrow_mut().poll_push_unwritten(t)
     }
 
     /// Pushes until nothing is due (`settle`: see `send_next`). Returns the number of requests

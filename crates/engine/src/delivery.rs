@@ -59,6 +59,23 @@ impl Engine {
     /// of the slice's whole size, and a reload during the request only forgets one attempt count.
     pub fn poll_push(&mut self, now: Millis) -> Option<(PushRequest, Transaction)> {
         let units = self.due_slice(now)?;
+        Some(self.send(units))
+    }
+
+    /// `poll_push` when the due slice writes nothing before it goes (it holds no latest-only
+    /// entry): an adapter may send it without a store transaction first, even while the previous
+    /// answer's step is still being written. `None`, and nothing marked, when no slice is due or
+    /// the due one would write. The slice is worked out once (it walks the whole outbox).
+    pub fn poll_push_unwritten(&mut self, now: Millis) -> Option<PushRequest> {
+        let units = self.due_slice(now)?;
+        if !units.iter().flatten().all(|seq| self.outbox.get(seq).is_some_and(|e| !e.latest_only)) {
+            return None;
+        }
+        Some(self.send(units).0)
+    }
+
+    /// Marks `units` sent and in flight: their request, and the marks that must be written first.
+    fn send(&mut self, units: Vec<Vec<i64>>) -> (PushRequest, Transaction) {
         let mut tx = Transaction::default();
         let mut mutations = Vec::new();
         for seq in units.iter().flatten() {
@@ -72,15 +89,7 @@ impl Engine {
         }
         self.push.in_flight = Some(InFlight { units });
         let request = PushRequest { protocol: PROTOCOL_VERSION, client_id: self.meta.client_id, mutations };
-        Some((request, tx))
-    }
-
-    /// True when a slice is due and sending it writes nothing first (it holds no latest-only
-    /// entry, see `poll_push`): an adapter may then send it while the previous answer's step is
-    /// still being written.
-    pub fn next_push_writes_nothing(&self, now: Millis) -> bool {
-        self.due_slice(now)
-            .is_some_and(|units| units.iter().flatten().all(|seq| self.outbox.get(seq).is_some_and(|e| !e.latest_only)))
+        (request, tx)
     }
 
     /// Whether `poll_push` would return a slice at `now`, as far as this engine's state knows: a

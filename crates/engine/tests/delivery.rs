@@ -493,3 +493,26 @@ fn push_due_answers_as_poll_push_would() {
     assert!(!h.engine.push_due(h.now), "one push in flight at a time");
     assert!(h.engine.poll_push(h.now).is_none());
 }
+
+/// `poll_push_unwritten` sends what `poll_push` would, when that writes nothing first: a slice
+/// holding a latest-only entry (whose `sent` mark must be durable before it goes) is left for
+/// `poll_push`, with nothing marked; a plain slice goes, in flight like any other.
+#[test]
+fn a_slice_that_must_write_first_is_not_polled_unwritten() {
+    let mut h = Harness::new(Config::default());
+    assert!(h.engine.poll_push_unwritten(h.now).is_none(), "nothing queued");
+    h.write_all(vec![LocalWrite { latest_only: Some(true), ..lw("t", "cursor", Op::Upsert, Some(json!({"v": 1}))) }]).unwrap();
+    assert!(h.engine.poll_push_unwritten(h.now).is_none(), "a latest-only entry");
+    assert!(h.engine.push_due(h.now), "still due, and not in flight");
+    let (request, tx) = h.engine.poll_push(h.now).unwrap();
+    assert_eq!(request.mutations.len(), 1);
+    assert_eq!(tx.ops.len(), 1, "its mark is written before it goes");
+
+    let mut h = Harness::new(Config::default());
+    h.write("t", "a", Op::Upsert, Some(json!({"v": 1})));
+    h.write("t", "b", Op::Upsert, Some(json!({"v": 2})));
+    let request = h.engine.poll_push_unwritten(h.now).unwrap();
+    assert_eq!(request.mutations.iter().map(|m| m.pk.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    assert!(!h.engine.push_due(h.now), "in flight");
+    assert!(h.engine.poll_push_unwritten(h.now).is_none());
+}
