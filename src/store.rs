@@ -435,15 +435,47 @@ async fn get_all(store: &ObjectStore<'_>) -> Result<Vec<JsValue>, ClientError> {
 /// Queues every operation on `tx` without waiting for each: IndexedDB runs a transaction's
 /// requests in order, so a later put wins over an earlier one, and any failure aborts the
 /// transaction, which `commit` then reports.
+///
+/// Outbox entries deleted one after another with consecutive `seq`s (a slice's answer deletes its
+/// entries in order) go as one range delete: in raw IndexedDB in Chromium, a transaction of 64
+/// puts and 64 single deletes took 12 – 18 ms, the same with one range delete 6 – 7 ms. A range
+/// `lo..=hi` of integer keys holds exactly those `seq`s. A run is issued before any other outbox
+/// operation that follows it, so the outbox sees its requests in the engine's order; the other
+/// stores are independent of it within the transaction.
 fn apply(db: &Store, tx: &Transaction<'_>, ops: &[StoreOp]) -> Result<(), ClientError> {
     let s = |name| store(tx, name);
     let seq = |n: i64| JsValue::from_f64(n as f64);
+    let mut deleting: Option<(i64, i64)> = None;
+    let delete_run = |run: &mut Option<(i64, i64)>| -> Result<(), ClientError> {
+        let Some((lo, hi)) = run.take() else { return Ok(()) };
+        let keys: JsValue = if lo == hi {
+            seq(lo)
+        } else {
+            web_sys::IdbKeyRange::bound(&seq(lo), &seq(hi)).map_err(|e| failed(crate::error::describe(&e)))?.into()
+        };
+        drop(s(OUTBOX)?.delete(keys).primitive().map_err(failed)?);
+        Ok(())
+    };
     for op in ops {
+        match op {
+            StoreOp::DeleteOutbox(n) => {
+                deleting = match deleting {
+                    Some((lo, hi)) if hi.checked_add(1) == Some(*n) => Some((lo, *n)),
+                    _ => {
+                        delete_run(&mut deleting)?;
+                        Some((*n, *n))
+                    }
+                };
+                continue;
+            }
+            StoreOp::PutOutbox(_) => delete_run(&mut deleting)?,
+            _ => {}
+        }
         match op {
             StoreOp::PutRow(row) => drop(s(ROWS)?.put(db.encode_row(row)?).with_key(row_key(&row.table, &row.pk)).primitive().map_err(failed)?),
             StoreOp::DeleteRow(key) => drop(s(ROWS)?.delete(row_key(&key.table, &key.pk)).primitive().map_err(failed)?),
             StoreOp::PutOutbox(entry) => drop(s(OUTBOX)?.put(to_js(entry)?).with_key(seq(entry.seq)).primitive().map_err(failed)?),
-            StoreOp::DeleteOutbox(n) => drop(s(OUTBOX)?.delete(seq(*n)).primitive().map_err(failed)?),
+            StoreOp::DeleteOutbox(_) => {} // in runs, above
             StoreOp::PutDead(dead) => drop(s(DEAD)?.put(to_js(dead)?).with_key(seq(dead.entry.seq)).primitive().map_err(failed)?),
             StoreOp::DeleteDead(n) => drop(s(DEAD)?.delete(seq(*n)).primitive().map_err(failed)?),
             StoreOp::PutMeta(meta) => drop(s(META)?.put(to_js(meta)?).with_key(JsValue::from_str(META_KEY)).primitive().map_err(failed)?),
@@ -457,5 +489,5 @@ fn apply(db: &Store, tx: &Transaction<'_>, ops: &[StoreOp]) -> Result<(), Client
             StoreOp::ClearRows => drop(s(ROWS)?.clear().map_err(failed)?),
         }
     }
-    Ok(())
+    delete_run(&mut deleting)
 }

@@ -68,8 +68,14 @@ pub fn whole_number(value: f64, what: &str) -> Result<i64, JsValue> {
     if value.is_finite() && value.fract() == 0.0 && value.abs() <= 9_007_199_254_740_991.0 {
         Ok(value as i64)
     } else {
-        Err(invalid(format!("{what} must be a whole number, not {value}")))
+        Err(invalid(format!("{what} must be a whole number, not {}", js_number(value))))
     }
+}
+
+/// A number as JS writes it (`Infinity`, `NaN`, `1e+21`): the app's own words for its value, where
+/// Rust writes `inf` and `1000000000000000000000`.
+fn js_number(n: f64) -> String {
+    js_sys::Number::from(n).to_string_with_radix(10).map(String::from).unwrap_or_default()
 }
 
 /// A point in time: a valid `Date`, or milliseconds since the epoch.
@@ -104,7 +110,7 @@ fn json(value: &JsValue, what: &str) -> Result<Value, JsValue> {
         return Ok(Value::String(s));
     }
     if let Some(n) = value.as_f64() {
-        return number(n).ok_or_else(|| invalid(format!("{what} is {n}, which JSON cannot hold")));
+        return number(n).ok_or_else(|| invalid(format!("{what} is {}, which JSON cannot hold", js_number(n))));
     }
     if let Some(date) = value.dyn_ref::<js_sys::Date>() {
         if !date.get_time().is_finite() {

@@ -57,6 +57,16 @@ async fn bad_arguments_are_coded_errors_that_store_nothing() {
         assert!(err.is_instance_of::<js_sys::Error>(), "{snippet}: an Error object");
         assert_eq!(error_code(&err), "INVALID_ARGUMENT", "{snippet}");
     }
+    // A refused number is named as JS writes it, the app's own words for its value.
+    for (snippet, words) in [
+        ("return client.put('todos', 'k', {title: NaN})", "row.title is NaN,"),
+        ("return client.patch('todos', 'k', {n: -Infinity})", "columns.n is -Infinity,"),
+        ("return client.requeueDeadLetter(3.5)", "not 3.5"),
+    ] {
+        let err = js_await(&client, snippet).await.expect_err(snippet);
+        let message = js_sys::Reflect::get(&err, &"message".into()).unwrap().as_string().unwrap_or_default();
+        assert!(message.contains(words), "{snippet}: {message}");
+    }
     let thrown = js(&client, "try { client.on('change', 42); return null } catch (e) { return e }");
     assert_eq!(error_code(&thrown), "INVALID_ARGUMENT", "on() with a listener that is not a function");
     assert_eq!(from_js(js(&client, "return client.pendingWrites()")), json!([]), "nothing was stored");

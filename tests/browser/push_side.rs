@@ -345,3 +345,33 @@ async fn the_verdicts_a_closing_page_did_not_tell_are_told_by_the_next_page() {
     assert_eq!(again.length(), 0, "told once, then dropped");
     next.close();
 }
+
+/// An answer's settled entries leave the outbox in runs of consecutive sequence numbers; a write
+/// between them that the answer left queued (its delay window is ahead) stays, across a reload.
+#[wasm_bindgen_test]
+async fn a_delayed_write_between_applied_ones_stays_queued_across_a_reload() {
+    let user = random_id();
+    let name = format!("delayed-between-{}", random_id());
+    let client = open(&options(&name, &user)).await;
+    let ids: Vec<String> = (0..4).map(|_| random_id()).collect();
+    for (i, id) in ids.iter().enumerate() {
+        let later = js_sys::Object::new();
+        Reflect::set(&later, &"applyAfter".into(), &js_sys::Date::new(&(js_sys::Date::now() + 3_600_000.0).into())).unwrap();
+        let options = (i == 1).then(|| JsValue::from(later));
+        ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": format!("write {i}")})), options)).await;
+    }
+    ok(client.sync()).await;
+    let queued = |c: &kizunasync::KizunaClient| -> Vec<Value> {
+        from_js(c.pending_writes()).as_array().unwrap().iter().map(|w| w["pk"].clone()).collect()
+    };
+    assert_eq!(queued(&client), vec![json!(ids[1])], "only the delayed write is pending");
+    client.close();
+
+    let client = open(&options(&name, &user)).await;
+    assert_eq!(queued(&client), vec![json!(ids[1])], "after a reload, the delayed write is still queued and the others are gone");
+    client.close();
+    for i in [0, 2, 3] {
+        assert_eq!(server_view(&user, "todos", &ids[i]).await["title"], format!("write {i}"));
+    }
+    assert_eq!(server_view(&user, "todos", &ids[1]).await, json!(null), "the delayed write is not applied yet");
+}
