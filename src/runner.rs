@@ -493,7 +493,7 @@ impl Inner {
         }
         for page_no in 0..plan.staged_pages() {
             let staged = txn.staged_page(page_no).await?;
-            let ops: Vec<StoreOp> = staged.entries.iter().filter_map(|e| plan.materialize(e)).collect();
+            let ops: Vec<StoreOp> = staged.entries.into_iter().filter_map(|e| plan.materialize(e)).collect();
             txn.apply(&ops)?;
         }
         Ok(plan.finish(&mut self.engine.borrow_mut(), now()))

@@ -180,3 +180,32 @@ async fn an_expired_checkpoint_is_rehydrated_with_the_outbox_intact() {
     assert_eq!(server_view(&user, "todos", &ids[1]).await["title"], "kept");
     client.close();
 }
+
+/// Integers a JS number cannot hold, anywhere in a pulled row, arrive as `JSON.parse` reads them
+/// (the nearest double), as every other JS client of the server sees them. The answer is rewritten
+/// on its way in: no synced table of the tests has a column that holds such a number.
+#[wasm_bindgen_test]
+async fn integers_beyond_two_to_the_53_arrive_as_json_parse_reads_them() {
+    let user = random_id();
+    let id = write_rows(&user, 1).await.remove(0);
+    let rewrite = js_sys::Function::new_with_args(
+        "url, init",
+        "return fetch(url, init).then(async (r) => {
+           if (!String(url).endsWith('kizuna_pull')) return r;
+           const text = (await r.text()).replace(/\"title\": \"[^\"]*\"/,
+             '\"title\": 9007199254740993, \"extra\": [18446744073709551615, {\"n\": -9007199254740993}, 7]');
+           return new Response(text, { status: r.status, headers: r.headers });
+         })",
+    );
+    let opts = options(&format!("big-integers-{}", random_id()), &user);
+    Reflect::set(&opts, &"fetch".into(), &rewrite).unwrap();
+    let client = open(&opts).await;
+    ok(client.pull()).await;
+    let row = ok(client.get("todos".into(), id.clone().into())).await;
+    let expected = from_js(js_sys::JSON::parse("[9007199254740993, 18446744073709551615, -9007199254740993]").unwrap());
+    assert_eq!(row["title"].as_f64(), expected[0].as_f64(), "{row}");
+    assert_eq!(row["extra"][0].as_f64(), expected[1].as_f64(), "{row}");
+    assert_eq!(row["extra"][1]["n"].as_f64(), expected[2].as_f64(), "{row}");
+    assert_eq!(row["extra"][2], json!(7), "a small integer stays as it is: {row}");
+    client.close();
+}

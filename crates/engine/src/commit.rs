@@ -8,7 +8,7 @@
 //! ```text
 //! if plan.rehydrate() { apply ClearRows }
 //! for page_no in 0..plan.staged_pages() {          // read back from `staging`
-//!     for entry in page.entries { if let Some(op) = plan.materialize(&entry) { apply op } }
+//!     for entry in page.entries { if let Some(op) = plan.materialize(entry) { apply op } }
 //! }
 //! apply plan.finish(&mut engine, now)              // same IndexedDB transaction
 //! ```
@@ -109,8 +109,8 @@ impl CommitPlan {
     /// base and the pending writes for its key replayed on top; for a tombstone `DeleteRow`, or
     /// `PutRow` with no base when pending writes still give the row a visible value; `None` for a
     /// tombstone of a row this run delivered live at the same seq (it moved to another requested
-    /// bucket).
-    pub fn materialize(&mut self, entry: &Entry) -> Option<StoreOp> {
+    /// bucket). Takes the entry, so its row becomes the record's base without a copy.
+    pub fn materialize(&mut self, entry: Entry) -> Option<StoreOp> {
         let key = RowKey::new(entry.table.clone(), entry.pk.clone());
         let moved_here = self.last_live.as_ref().is_some_and(|(seq, live)| *seq == entry.seq && *live == key);
         if entry.deleted && moved_here {
@@ -119,9 +119,9 @@ impl CommitPlan {
         if !entry.deleted {
             self.last_live = Some((entry.seq, key.clone()));
         }
-        let base = if entry.deleted { None } else { entry.row.clone() };
+        let base = if entry.deleted { None } else { entry.row };
         let visible = replay(base.as_ref(), self.pending.get(&key).into_iter().flatten());
-        let record = RowRecord { table: key.table.clone(), pk: key.pk.clone(), bucket: Some(entry.bucket.clone()), base, visible };
+        let record = RowRecord { table: entry.table, pk: entry.pk, bucket: Some(entry.bucket), base, visible };
         if self.tracked.contains(&key) {
             self.tracked_records.insert(key.clone(), record.clone());
         }
@@ -137,7 +137,7 @@ impl CommitPlan {
     pub fn finish(mut self, engine: &mut Engine, now: Millis) -> Transaction {
         let mut tx = Transaction::default();
         let final_entries = std::mem::take(&mut self.final_page.entries);
-        for entry in &final_entries {
+        for entry in final_entries {
             tx.ops.extend(self.materialize(entry));
         }
 

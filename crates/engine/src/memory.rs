@@ -108,7 +108,7 @@ impl MemoryStore {
         }
         for page_no in 0..plan.staged_pages() {
             let page = self.staging[&page_no].clone();
-            for entry in &page.entries {
+            for entry in page.entries {
                 if let Some(op) = plan.materialize(entry) {
                     self.apply_op(op);
                 }

@@ -32,8 +32,8 @@ impl RowKey {
 /// Stored, `visible` is left out when it equals `base` (a row with no pending write: nearly every
 /// row), so a row is written, cloned and read once, not twice; read back, a missing `visible` is
 /// `base` again. Records stored with both read the same.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(into = "StoredRow", from = "StoredRow")]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(from = "StoredRow")]
 pub struct RowRecord {
     /// The synced table's name.
     pub table: String,
@@ -50,13 +50,13 @@ pub struct RowRecord {
 }
 
 /// `RowRecord` as stored: `visible` absent when it equals `base`, `null` when the app has no row.
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct StoredRow {
     table: String,
     pk: String,
     bucket: Option<String>,
     base: Option<Row>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+    #[serde(default, deserialize_with = "present")]
     visible: Option<Option<Row>>,
 }
 
@@ -65,10 +65,22 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Row>>
     Option::<Row>::deserialize(d).map(Some)
 }
 
-impl From<RowRecord> for StoredRow {
-    fn from(r: RowRecord) -> StoredRow {
-        let visible = (r.visible != r.base).then_some(r.visible);
-        StoredRow { table: r.table, pk: r.pk, bucket: r.bucket, base: r.base, visible }
+/// `StoredRow` written from a borrowed record: serde's `into` would clone the record, both its
+/// rows included, for every row written (a first sync writes every row it brings once).
+#[derive(Serialize)]
+struct StoredRowRef<'a> {
+    table: &'a str,
+    pk: &'a str,
+    bucket: &'a Option<String>,
+    base: &'a Option<Row>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    visible: Option<&'a Option<Row>>,
+}
+
+impl Serialize for RowRecord {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let visible = (self.visible != self.base).then_some(&self.visible);
+        StoredRowRef { table: &self.table, pk: &self.pk, bucket: &self.bucket, base: &self.base, visible }.serialize(serializer)
     }
 }
 
