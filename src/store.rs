@@ -458,6 +458,12 @@ fn apply(db: &Store, tx: &Transaction<'_>, ops: &[StoreOp]) -> Result<(), Client
     };
     for op in ops {
         match op {
+            StoreOp::PutRow(row) => drop(s(ROWS)?.put(db.encode_row(row)?).with_key(row_key(&row.table, &row.pk)).primitive().map_err(failed)?),
+            StoreOp::DeleteRow(key) => drop(s(ROWS)?.delete(row_key(&key.table, &key.pk)).primitive().map_err(failed)?),
+            StoreOp::PutOutbox(entry) => {
+                delete_run(&mut deleting)?;
+                drop(s(OUTBOX)?.put(to_js(entry)?).with_key(seq(entry.seq)).primitive().map_err(failed)?)
+            }
             StoreOp::DeleteOutbox(n) => {
                 deleting = match deleting {
                     Some((lo, hi)) if hi.checked_add(1) == Some(*n) => Some((lo, *n)),
@@ -466,16 +472,7 @@ fn apply(db: &Store, tx: &Transaction<'_>, ops: &[StoreOp]) -> Result<(), Client
                         Some((*n, *n))
                     }
                 };
-                continue;
             }
-            StoreOp::PutOutbox(_) => delete_run(&mut deleting)?,
-            _ => {}
-        }
-        match op {
-            StoreOp::PutRow(row) => drop(s(ROWS)?.put(db.encode_row(row)?).with_key(row_key(&row.table, &row.pk)).primitive().map_err(failed)?),
-            StoreOp::DeleteRow(key) => drop(s(ROWS)?.delete(row_key(&key.table, &key.pk)).primitive().map_err(failed)?),
-            StoreOp::PutOutbox(entry) => drop(s(OUTBOX)?.put(to_js(entry)?).with_key(seq(entry.seq)).primitive().map_err(failed)?),
-            StoreOp::DeleteOutbox(_) => {} // in runs, above
             StoreOp::PutDead(dead) => drop(s(DEAD)?.put(to_js(dead)?).with_key(seq(dead.entry.seq)).primitive().map_err(failed)?),
             StoreOp::DeleteDead(n) => drop(s(DEAD)?.delete(seq(*n)).primitive().map_err(failed)?),
             StoreOp::PutMeta(meta) => drop(s(META)?.put(to_js(meta)?).with_key(JsValue::from_str(META_KEY)).primitive().map_err(failed)?),

@@ -229,6 +229,11 @@ async fn rules_that_read_other_rows_see_the_slice_one_write_at_a_time() {
     assert_eq!(order, json!(["z", "a", "m", "b"]), "numbered in the order written");
 }
 
+/// At most three rows per owner: a rule that reads other rows, which one statement would check
+/// once for the whole run.
+const CAP_THREE_ROWS_PER_OWNER: &str = "create policy cap on public.capped as restrictive for insert
+   with check ((select count(*) from public.capped c where c.owner = auth.uid()) < 3)";
+
 /// A session keeps what it worked out about a table (kizuna.run_facts) until the catalogs change:
 /// a policy added from another session after this one pushed takes effect at its next push.
 #[tokio::test]
@@ -240,13 +245,10 @@ async fn a_rule_added_after_a_push_keeps_the_next_slice_off_runs() {
     assert_eq!(statuses(&first), ["APPLIED"]);
     assert_eq!(run_ops(&db, "capped").await, ["delete", "patch", "upsert"]);
 
-    // At most three rows per owner, from another session: a rule one statement would see once.
+    // The rule, from another session.
     db.connect()
         .await
-        .batch_execute(
-            "create policy cap on public.capped as restrictive for insert
-               with check ((select count(*) from public.capped c where c.owner = auth.uid()) < 3);",
-        )
+        .batch_execute(CAP_THREE_ROWS_PER_OWNER)
         .await
         .unwrap();
     assert!(run_ops(&db, "capped").await.is_empty());
@@ -270,13 +272,8 @@ async fn a_push_beside_an_open_ddl_transaction_keeps_nothing_of_it() {
     assert_eq!(statuses(&first), ["APPLIED"]);
 
     let ddl = db.connect().await;
-    ddl.batch_execute(
-        "begin;
-         create policy cap on public.capped as restrictive for insert
-           with check ((select count(*) from public.capped c where c.owner = auth.uid()) < 3);",
-    )
-    .await
-    .unwrap();
+    ddl.batch_execute("begin").await.unwrap();
+    ddl.batch_execute(CAP_THREE_ROWS_PER_OWNER).await.unwrap();
     // Works out the table's facts from the catalogs as they were, then waits for the policy's lock.
     let beside = tokio::spawn({
         let (pusher, alice) = (pusher.clone(), alice.clone());
