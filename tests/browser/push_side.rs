@@ -375,3 +375,41 @@ async fn a_delayed_write_between_applied_ones_stays_queued_across_a_reload() {
     }
     assert_eq!(server_view(&user, "todos", &ids[1]).await, json!(null), "the delayed write is not applied yet");
 }
+
+/// An answer leaves the row it applied as the store holds it when the app already sees the server's
+/// row there, in the bucket the server placed it in. The next write, after a reload and with no pull
+/// in between (pulls fail here), builds on that row: its own answer keeps what the earlier one set.
+#[wasm_bindgen_test]
+async fn a_partial_write_after_an_applied_one_keeps_its_columns_with_no_pull_between() {
+    let user = random_id();
+    let name = format!("applied-base-{}", random_id());
+    let no_pulls = js_sys::Function::new_with_args(
+        "url, init",
+        "return String(url).endsWith('kizuna_pull') ? Promise.reject(new TypeError('pulls are cut off')) : fetch(url, init)",
+    );
+    let opts = options(&name, &user);
+    Reflect::set(&opts, &"fetch".into(), &no_pulls).unwrap();
+    let id = random_id();
+    let pending = |c: &kizunasync::KizunaClient| from_js(c.pending_writes()).as_array().unwrap().len();
+    // Each sync's push lands and its pull fails.
+    let sync = |c: &kizunasync::KizunaClient| wasm_bindgen_futures::JsFuture::from(c.sync());
+
+    let client = open(&opts).await;
+    ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "first", "done": false})), None)).await;
+    let _ = sync(&client).await; // placed in its bucket by the answer
+    ok(client.patch("todos".into(), id.clone().into(), to_js(&json!({"title": "second"})), None)).await;
+    let _ = sync(&client).await; // the row already shows what the server holds
+    assert_eq!(pending(&client), 0, "both writes were applied");
+    client.close();
+
+    let client = open(&opts).await;
+    ok(client.patch("todos".into(), id.clone().into(), to_js(&json!({"done": true})), None)).await;
+    let _ = sync(&client).await;
+    assert_eq!(pending(&client), 0, "the last patch was applied");
+    let row = ok(client.get("todos".into(), id.clone().into())).await;
+    assert_eq!((row["title"].clone(), row["done"].clone()), (json!("second"), json!(true)), "{row}");
+    assert_eq!(from_js(client.get_checkpoint())["cursor"], json!(null), "no pull committed");
+    client.close();
+    let server = server_view(&user, "todos", &id).await;
+    assert_eq!((server["title"].clone(), server["done"].clone()), (json!("second"), json!(true)), "{server}");
+}
