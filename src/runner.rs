@@ -492,9 +492,7 @@ impl Inner {
             txn.apply(&[StoreOp::ClearRows])?;
         }
         for page_no in 0..plan.staged_pages() {
-            let staged = txn.staged_page(page_no).await?;
-            let ops: Vec<StoreOp> = staged.entries.into_iter().filter_map(|e| plan.materialize(e)).collect();
-            txn.apply(&ops)?;
+            txn.write_staged(&mut plan, page_no).await?;
         }
         Ok(plan.finish(&mut self.engine.borrow_mut(), now()))
     }

@@ -18,8 +18,9 @@ use indexed_db_futures::prelude::*;
 use indexed_db_futures::transaction::{Transaction, TransactionMode};
 use indexed_db_futures::KeyPath;
 use js_sys::Array;
-use kizuna_engine::{Event, PersistedState, RowKey, RowRecord, StoreOp};
-use kizuna_protocol::PullPage;
+use kizuna_engine::{CommitPlan, Event, PersistedState, Placement, RowKey, RowRecord, StoreOp};
+use kizuna_protocol::Entry;
+use serde_json::value::RawValue;
 use serde::{de::DeserializeOwned, Serialize};
 use wasm_bindgen::prelude::*;
 
@@ -60,6 +61,36 @@ pub struct Store {
 pub struct SyncStamp {
     pub version: f64,
     pub leader: Option<String>,
+}
+
+/// A staged page as `write_staged` reads it: the entries, each row left as its JSON text.
+#[derive(serde::Deserialize)]
+struct StagedPage<'a> {
+    #[serde(borrow)]
+    entries: Vec<StagedEntry<'a>>,
+}
+
+/// `kizuna_protocol::Entry` with its row undecoded.
+#[derive(serde::Deserialize)]
+struct StagedEntry<'a> {
+    seq: i64,
+    table: String,
+    pk: String,
+    bucket: String,
+    #[serde(borrow, default)]
+    row: Option<&'a RawValue>,
+    #[serde(default)]
+    deleted: bool,
+}
+
+/// A staged row's text as a row. Through a JSON value, which the package decodes anyway: a
+/// decoder of rows straight from text would be one more in the package.
+fn staged_row(text: &str) -> Result<kizuna_protocol::Row, ClientError> {
+    match serde_json::from_str(text) {
+        Ok(serde_json::Value::Object(row)) => Ok(row),
+        Ok(_) => Err(ClientError::new("STORAGE_CORRUPT", "a staged row is not an object")),
+        Err(e) => Err(ClientError::new("STORAGE_CORRUPT", format!("a staged row does not decode: {e}"))),
+    }
 }
 
 /// An IndexedDB failure, with the browser's words.
@@ -193,6 +224,24 @@ impl Store {
         Ok(js)
     }
 
+    /// The stored record of a row the server delivered and no write of ours touches, from the
+    /// row's JSON text: `{table, pk, bucket, base}` (`visible` absent: it is `base`), as
+    /// `encode_row` would store it, made by `JSON.parse` in one call.
+    fn decode_server_row(&self, table: &str, pk: &str, bucket: &str, row: &str) -> Result<JsValue, ClientError> {
+        let text = |s: &str| serde_json::to_string(s).unwrap_or_default();
+        let json = format!(r#"{{"table":{},"pk":{},"bucket":{},"base":{row}}}"#, text(table), text(pk), text(bucket));
+        let js = js_sys::JSON::parse(&json).map_err(|_| ClientError::new("STORAGE_CORRUPT", "a staged row is not JSON"))?;
+        if self.indexes.contains_key(table) {
+            // The declared indexes' tokens need the row's values: decoded only for those tables.
+            let visible = staged_row(row)?;
+            let record = RowRecord { table: table.into(), pk: pk.into(), bucket: Some(bucket.into()), base: None, visible: Some(visible) };
+            if let Some(tokens) = crate::indexes::tokens(&self.indexes, &record) {
+                let _ = js_sys::Reflect::set(&js, &"eq".into(), &to_js(&tokens)?);
+            }
+        }
+        Ok(js)
+    }
+
     /// The stored records whose `index` field ("table", "bucket" or "eq") equals `value`, as the
     /// browser read them: for a read that hands rows straight back to the app, no row is copied
     /// into wasm memory (which never shrinks), so a query over a million rows costs the JS heap
@@ -322,19 +371,39 @@ impl WriteTxn<'_> {
         take_unheard(&self.tx).await
     }
 
-    /// Page `page_no` of the pull run in progress, as staged. Read through a JSON value, as the
-    /// transport reads a page off the wire: serde generates a decoder of the page's types for each
-    /// way of reading them, and reading the text straight into a page cost a second one.
-    pub async fn staged_page(&self, page_no: u32) -> Result<PullPage, ClientError> {
+    /// Writes page `page_no` of the pull run in progress, as staged, into this transaction. Rows
+    /// of keys no write of ours touches go as their staged text, in a record put together around
+    /// it (`StagedEntry`): decoding each row into wasm memory and encoding it again was most of
+    /// what a first sync's closing transaction spent in wasm. The others go through the plan.
+    pub async fn write_staged(&self, plan: &mut CommitPlan, page_no: u32) -> Result<(), ClientError> {
         let page = get(&store(&self.tx, STAGING)?, (page_no as f64).into()).await?.unwrap_or(JsValue::UNDEFINED);
         let text = match page.as_string() {
             Some(text) => text,
             // Staged by an earlier version, as an object.
             None => js_sys::JSON::stringify(&page).map(String::from).unwrap_or_default(),
         };
-        serde_json::from_str::<serde_json::Value>(&text)
-            .and_then(serde_json::from_value)
-            .map_err(|e| ClientError::new("STORAGE_CORRUPT", format!("a staged page does not decode: {e}")))
+        let corrupt = |e: serde_json::Error| ClientError::new("STORAGE_CORRUPT", format!("a staged page does not decode: {e}"));
+        let staged: StagedPage<'_> = serde_json::from_str(&text).map_err(corrupt)?;
+        let rows = store(&self.tx, ROWS)?;
+        for e in staged.entries {
+            match plan.place(e.seq, &e.table, &e.pk, e.deleted) {
+                Placement::Skip => {}
+                Placement::ServerRow if e.row.is_some() => {
+                    let raw = e.row.map_or("null", RawValue::get);
+                    let record = self.store.decode_server_row(&e.table, &e.pk, &e.bucket, raw)?;
+                    drop(rows.put(record).with_key(row_key(&e.table, &e.pk)).primitive().map_err(failed)?);
+                }
+                Placement::ServerRow | Placement::Delete => drop(rows.delete(row_key(&e.table, &e.pk)).primitive().map_err(failed)?),
+                Placement::Replay => {
+                    let row = e.row.map(|raw| staged_row(raw.get())).transpose()?;
+                    let entry = Entry { seq: e.seq, table: e.table, pk: e.pk, bucket: e.bucket, row, deleted: e.deleted };
+                    if let Some(op) = plan.materialize(entry) {
+                        self.apply(std::slice::from_ref(&op))?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Queues every operation; requests run in order, so a later put wins over an earlier one.

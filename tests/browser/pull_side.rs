@@ -187,7 +187,7 @@ async fn an_expired_checkpoint_is_rehydrated_with_the_outbox_intact() {
 #[wasm_bindgen_test]
 async fn integers_beyond_two_to_the_53_arrive_as_json_parse_reads_them() {
     let user = random_id();
-    let id = write_rows(&user, 1).await.remove(0);
+    let ids = write_rows(&user, 3).await;
     let rewrite = js_sys::Function::new_with_args(
         "url, init",
         "return fetch(url, init).then(async (r) => {
@@ -199,13 +199,73 @@ async fn integers_beyond_two_to_the_53_arrive_as_json_parse_reads_them() {
     );
     let opts = options(&format!("big-integers-{}", random_id()), &user);
     Reflect::set(&opts, &"fetch".into(), &rewrite).unwrap();
+    // A row a page: the first two are staged before the closing page commits them.
+    set(&opts, "pullLimit", json!(1));
     let client = open(&opts).await;
     ok(client.pull()).await;
-    let row = ok(client.get("todos".into(), id.clone().into())).await;
     let expected = from_js(js_sys::JSON::parse("[9007199254740993, 18446744073709551615, -9007199254740993]").unwrap());
-    assert_eq!(row["title"].as_f64(), expected[0].as_f64(), "{row}");
-    assert_eq!(row["extra"][0].as_f64(), expected[1].as_f64(), "{row}");
-    assert_eq!(row["extra"][1]["n"].as_f64(), expected[2].as_f64(), "{row}");
-    assert_eq!(row["extra"][2], json!(7), "a small integer stays as it is: {row}");
+    for id in &ids {
+        let row = ok(client.get("todos".into(), id.clone().into())).await;
+        assert_eq!(row["title"].as_f64(), expected[0].as_f64(), "{row}");
+        assert_eq!(row["extra"][0].as_f64(), expected[1].as_f64(), "{row}");
+        assert_eq!(row["extra"][1]["n"].as_f64(), expected[2].as_f64(), "{row}");
+        assert_eq!(row["extra"][2], json!(7), "a small integer stays as it is: {row}");
+    }
     client.close();
+}
+
+/// A run of many pages commits its staged rows as the closing page's: a key with a pending edit
+/// keeps the edit over the server's row, the declared index finds staged rows as a scan does, and
+/// a later run's staged tombstones remove their rows.
+#[wasm_bindgen_test]
+async fn staged_pages_commit_like_the_closing_one_edits_indexes_and_tombstones_included() {
+    let user = random_id();
+    let writer = open(&options(&format!("staged-w-{}", random_id()), &user)).await;
+    let ids: Vec<String> = (0..6).map(|i| format!("{user}.s{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        ok(writer.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": format!("row {i}"), "done": false})), None)).await;
+    }
+    ok(writer.sync()).await;
+
+    let name = format!("staged-r-{}", random_id());
+    let opts = options(&name, &user);
+    set(&opts, "pullLimit", json!(2));
+    set(&opts, "indexes", json!({"todos": ["done"]}));
+    let reader = open(&opts).await;
+    // Pending when the run commits: its key's row comes in a staged page.
+    ok(reader.patch("todos".into(), ids[0].clone().into(), to_js(&json!({"title": "mine"})), None)).await;
+    ok(reader.pull()).await;
+    let listed = ok(reader.list("todos".into())).await;
+    assert_eq!(listed.as_array().unwrap().len(), 6, "{listed}");
+    let first = ok(reader.get("todos".into(), ids[0].clone().into())).await;
+    assert_eq!((first["title"].clone(), first["done"].clone()), (json!("mine"), json!(false)), "{first}");
+    let second = ok(reader.get("todos".into(), ids[1].clone().into())).await;
+    assert_eq!((second["title"].clone(), second["done"].clone()), (json!("row 1"), json!(false)), "{second}");
+
+    // Two deleted, three done, the first left alone: five entries, in three pages again.
+    for id in &ids[4..6] {
+        ok(writer.delete("todos".into(), id.clone().into(), None)).await;
+    }
+    for id in &ids[1..4] {
+        ok(writer.patch("todos".into(), id.clone().into(), to_js(&json!({"done": true})), None)).await;
+    }
+    ok(writer.sync()).await;
+    writer.close();
+    ok(reader.pull()).await;
+    let short = |rows: &Value| {
+        let mut ids: Vec<String> = rows.as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().rsplit('.').next().unwrap().to_owned()).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(short(&ok(reader.list("todos".into())).await), ["s0", "s1", "s2", "s3"]);
+    let done = short(&ok(reader.query("todos".into(), Some(to_js(&json!({"where": {"done": true}}))))).await);
+    assert_eq!(done, ["s1", "s2", "s3"], "through the declared index");
+    let open_ones = short(&ok(reader.query("todos".into(), Some(to_js(&json!({"where": {"done": false}}))))).await);
+    assert_eq!(open_ones, ["s0"]);
+    reader.close();
+    // The same database without the declaration scans, and agrees.
+    let scanning = open(&options(&name, &user)).await;
+    let scanned = short(&ok(scanning.query("todos".into(), Some(to_js(&json!({"where": {"done": true}}))))).await);
+    assert_eq!(scanned, done);
+    scanning.close();
 }

@@ -47,6 +47,20 @@ pub struct CommitPlan {
     last_live: Option<(i64, RowKey)>,
 }
 
+/// What a staged entry becomes (`CommitPlan::place`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Store the record `{table, pk, bucket, base: row}`: the server's row is what the app sees.
+    /// A live entry that came without a row is a `DeleteRow`, as `materialize` makes it.
+    ServerRow,
+    /// `DeleteRow` for the key.
+    Delete,
+    /// Nothing: a moved row's tombstone in its old bucket.
+    Skip,
+    /// A write of ours touches the key: decode the row and call `materialize`.
+    Replay,
+}
+
 /// A run's `change` event names at most this many keys; past it, it names their tables (`tables`),
 /// so the event and the run's memory do not grow with a large sync.
 pub const LISTED_CHANGES: usize = 10_000;
@@ -112,12 +126,8 @@ impl CommitPlan {
     /// bucket). Takes the entry, so its row becomes the record's base without a copy.
     pub fn materialize(&mut self, entry: Entry) -> Option<StoreOp> {
         let key = RowKey::new(entry.table.clone(), entry.pk.clone());
-        let moved_here = self.last_live.as_ref().is_some_and(|(seq, live)| *seq == entry.seq && *live == key);
-        if entry.deleted && moved_here {
+        if !self.note_entry(entry.seq, &key, entry.deleted) {
             return None;
-        }
-        if !entry.deleted {
-            self.last_live = Some((entry.seq, key.clone()));
         }
         let base = if entry.deleted { None } else { entry.row };
         let visible = replay(base.as_ref(), self.pending.get(&key).into_iter().flatten());
@@ -125,8 +135,38 @@ impl CommitPlan {
         if self.tracked.contains(&key) {
             self.tracked_records.insert(key.clone(), record.clone());
         }
-        self.note_changed(key);
         Some(row_op(record))
+    }
+
+    /// What a staged entry becomes, decided from its head alone (its row unread), in delivery
+    /// order like `materialize`. A key no write of ours touches gets the server's row as it came
+    /// (`Placement::ServerRow`: its record's `base` and what the app sees), so an adapter can
+    /// store the row's text as delivered without decoding it; a tracked key needs its row
+    /// (`Placement::Replay`: decode it and call `materialize`, which does the bookkeeping).
+    pub fn place(&mut self, seq: i64, table: &str, pk: &str, deleted: bool) -> Placement {
+        let key = RowKey::new(table, pk);
+        if self.tracked.contains(&key) {
+            return Placement::Replay;
+        }
+        match (self.note_entry(seq, &key, deleted), deleted) {
+            (false, _) => Placement::Skip,
+            (true, true) => Placement::Delete,
+            (true, false) => Placement::ServerRow,
+        }
+    }
+
+    /// The bookkeeping of one delivered entry: the moved-row rule and the change event. False for
+    /// a tombstone that only says a row delivered live at the same seq left its old bucket.
+    fn note_entry(&mut self, seq: i64, key: &RowKey, deleted: bool) -> bool {
+        let moved_here = self.last_live.as_ref().is_some_and(|(s, live)| *s == seq && live == key);
+        if deleted && moved_here {
+            return false;
+        }
+        if !deleted {
+            self.last_live = Some((seq, key.clone()));
+        }
+        self.note_changed(key.clone());
+        true
     }
 
     /// Completes the commit: the closing page's rows; on a rehydrate the keys only the outbox

@@ -62,7 +62,7 @@ pub mod universe;
 mod verdicts;
 mod wire_time;
 
-pub use commit::{CommitPlan, LISTED_CHANGES};
+pub use commit::{CommitPlan, Placement, LISTED_CHANGES};
 pub use config::Config;
 pub use engine::Engine;
 pub use inputs::{EngineError, Failure, LocalWrite};

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use kizuna_protocol::PullPage;
 
-use crate::commit::CommitPlan;
+use crate::commit::{CommitPlan, Placement};
 use crate::engine::Engine;
 use crate::inputs::LocalWrite;
 use crate::records::{DeadLetter, Meta, Millis, OutboxEntry, PersistedState, RowKey, RowRecord};
@@ -109,7 +109,23 @@ impl MemoryStore {
         for page_no in 0..plan.staged_pages() {
             let page = self.staging[&page_no].clone();
             for entry in page.entries {
-                if let Some(op) = plan.materialize(entry) {
+                // As the adapter does: a key no write of ours touches takes the row as delivered.
+                let op = match plan.place(entry.seq, &entry.table, &entry.pk, entry.deleted) {
+                    Placement::Replay => plan.materialize(entry),
+                    Placement::Skip => None,
+                    Placement::Delete => Some(StoreOp::DeleteRow(RowKey::new(entry.table, entry.pk))),
+                    Placement::ServerRow => Some(match entry.row {
+                        Some(row) => StoreOp::PutRow(RowRecord {
+                            table: entry.table,
+                            pk: entry.pk,
+                            bucket: Some(entry.bucket),
+                            base: Some(row.clone()),
+                            visible: Some(row),
+                        }),
+                        None => StoreOp::DeleteRow(RowKey::new(entry.table, entry.pk)),
+                    }),
+                };
+                if let Some(op) = op {
                     self.apply_op(op);
                 }
             }
