@@ -269,3 +269,42 @@ async fn staged_pages_commit_like_the_closing_one_edits_indexes_and_tombstones_i
     assert_eq!(scanned, done);
     scanning.close();
 }
+
+/// An answer whose body is not UTF-8 is refused whole, never stored with its bad bytes replaced:
+/// the pull fails as a network failure, nothing changes, and the next good answer lands.
+#[wasm_bindgen_test]
+async fn an_answer_that_is_not_utf8_is_refused_and_changes_nothing() {
+    let user = random_id();
+    let id = write_rows(&user, 1).await.remove(0);
+    let corrupt = Rc::new(Cell::new(true));
+    let c = corrupt.clone();
+    let spoil = js_sys::Function::new_with_args(
+        "url, init",
+        "return fetch(url, init).then(async (r) => {
+           if (!String(url).endsWith('kizuna_pull')) return r;
+           const bytes = new Uint8Array(await r.arrayBuffer());
+           // The first byte of the row's title becomes 0xFF, which no UTF-8 text holds.
+           const at = new TextDecoder().decode(bytes).indexOf('row 0');
+           bytes[at] = 0xff;
+           return new Response(bytes, { status: r.status, headers: r.headers });
+         })",
+    );
+    let choose = wasm_bindgen::closure::Closure::<dyn Fn(wasm_bindgen::JsValue, wasm_bindgen::JsValue) -> js_sys::Promise>::new(move |url: wasm_bindgen::JsValue, init: wasm_bindgen::JsValue| {
+        let global = js_sys::global();
+        let f: js_sys::Function = if c.get() { spoil.clone() } else { Reflect::get(&global, &"fetch".into()).unwrap().into() };
+        f.call2(&global, &url, &init).unwrap().into()
+    });
+    let opts = options(&format!("not-utf8-{}", random_id()), &user);
+    Reflect::set(&opts, &"fetch".into(), choose.as_ref()).unwrap();
+    choose.forget();
+    let client = open(&opts).await;
+    let err = call(client.pull()).await.expect_err("the answer is not UTF-8");
+    assert_eq!(error_code(&err), "NETWORK");
+    assert_eq!(ok(client.list("todos".into())).await, json!([]), "nothing of the answer was stored");
+    assert_eq!(from_js(client.get_checkpoint())["cursor"], json!(null));
+    corrupt.set(false);
+    ok(client.pull()).await;
+    let row = ok(client.get("todos".into(), id.clone().into())).await;
+    assert_eq!(row["title"], json!("row 0"), "{row}");
+    client.close();
+}
