@@ -396,7 +396,8 @@ impl Inner {
             match pipelined {
                 Some(request) => {
                     // The request is polled first, so it is on the wire before the step's writes
-                    // are handed to IndexedDB.
+                    // are handed to IndexedDB (at once with a token provider that returns a
+                    // string; one that returns a promise lets the writes go first).
                     let (next, written) = futures_util::join!(
                         self.transport.rpc::<_, PushResponse>("kizuna_push", &request),
                         self.conclude(txn, Ok((stepped, ())))
