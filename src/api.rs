@@ -83,9 +83,9 @@ fn random_uuid() -> Uuid {
 impl KizunaClient {
     /// `open` for Rust callers (the browser tests drive the same code path JS does).
     pub async fn connect(options: JsValue) -> Result<KizunaClient, JsValue> {
-        let ClientOptions { name, indexes, config, transport, auto_sync, realtime_wakeups } = ClientOptions::parse(&options)?;
+        let ClientOptions { name, indexes, config, transport, auto_sync, realtime_wakeups, staging_memory_bytes } = ClientOptions::parse(&options)?;
         // With what a page that went away (a reload as a step committed) kept and did not tell.
-        let (store, unheard) = Store::open(&name, indexes).await?;
+        let (store, unheard) = Store::open(&name, indexes, staging_memory_bytes).await?;
         let (state, stamp) = store.load().await?;
         let state = match state {
             Some(state) => state,

@@ -20,6 +20,8 @@ pub struct ClientOptions {
     pub transport: Transport,
     pub auto_sync: bool,
     pub realtime_wakeups: bool,
+    /// Bytes of a pull run's staged pages kept in memory (`store.rs`, `StagedInMemory`).
+    pub staging_memory_bytes: usize,
 }
 
 #[derive(Deserialize)]
@@ -39,16 +41,18 @@ struct PlainOptions {
     request_timeout_ms: Option<i32>,
     latest_only_tables: Option<Vec<String>>,
     indexes: Option<crate::indexes::Indexes>,
+    staging_memory_bytes: Option<f64>,
 }
 
 /// Every option `open` knows; any other key is refused so a misspelt option fails loudly.
 const OPTION_NAMES: &[&str] = &[
     "name", "url", "token", "buckets", "apikey", "fetch", "autoSync", "realtimeWakeups", "pullIntervalMs",
     "pullLimit", "maxSlice", "retryBaseMs", "retryMaxMs", "requestTimeoutMs", "latestOnlyTables", "indexes",
+    "stagingMemoryBytes",
 ];
 
 /// The options that take a number.
-const NUMBER_OPTIONS: &[&str] = &["pullIntervalMs", "pullLimit", "maxSlice", "retryBaseMs", "retryMaxMs", "requestTimeoutMs"];
+const NUMBER_OPTIONS: &[&str] = &["pullIntervalMs", "pullLimit", "maxSlice", "retryBaseMs", "retryMaxMs", "requestTimeoutMs", "stagingMemoryBytes"];
 
 fn js_function(options: &JsValue, key: &str) -> Result<Option<Function>, JsValue> {
     let value = Reflect::get(options, &key.into()).unwrap_or(JsValue::UNDEFINED);
@@ -129,6 +133,7 @@ impl ClientOptions {
             transport,
             auto_sync,
             realtime_wakeups: auto_sync && plain.realtime_wakeups.unwrap_or(true),
+            staging_memory_bytes: plain.staging_memory_bytes.map_or(crate::store::STAGING_MEMORY_BYTES, |b| b.max(0.0) as usize),
         })
     }
 }

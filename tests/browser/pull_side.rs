@@ -308,3 +308,36 @@ async fn an_answer_that_is_not_utf8_is_refused_and_changes_nothing() {
     assert_eq!(row["title"], json!("row 0"), "{row}");
     client.close();
 }
+
+/// A run's staged pages wait in memory up to `stagingMemoryBytes` and in IndexedDB past it: with
+/// none in memory, with the first page only, and with all of them, the run commits every row, and
+/// the next run (a page of its own) starts clean.
+#[wasm_bindgen_test]
+async fn staged_pages_commit_whether_they_waited_in_memory_or_in_indexeddb() {
+    let user = random_id();
+    let mut ids = write_rows(&user, 7).await;
+    for budget in [0, 1000, 32 << 20] {
+        let opts = options(&format!("staging-{budget}-{}", random_id()), &user);
+        set(&opts, "pullLimit", json!(2));
+        set(&opts, "stagingMemoryBytes", json!(budget));
+        let reader = open(&opts).await;
+        ok(reader.pull()).await;
+        let mut got: Vec<String> =
+            ok(reader.list("todos".into())).await.as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().to_owned()).collect();
+        got.sort();
+        let mut want = ids.clone();
+        want.sort();
+        assert_eq!(got, want, "budget {budget}");
+        reader.close();
+    }
+    let opts = options(&format!("staging-again-{}", random_id()), &user);
+    set(&opts, "pullLimit", json!(2));
+    set(&opts, "stagingMemoryBytes", json!(1000));
+    let reader = open(&opts).await;
+    ok(reader.pull()).await;
+    // A second run of several pages, after one whose pages waited in both places.
+    ids.extend(write_rows(&user, 5).await);
+    ok(reader.pull()).await;
+    assert_eq!(ok(reader.list("todos".into())).await.as_array().unwrap().len(), ids.len());
+    reader.close();
+}
