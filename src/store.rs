@@ -416,19 +416,18 @@ impl WriteTxn<'_> {
         let corrupt = |e: serde_json::Error| ClientError::new("STORAGE_CORRUPT", format!("a staged page does not decode: {e}"));
         let staged: StagedPage<'_> = serde_json::from_str(&text).map_err(corrupt)?;
         let rows = store(&self.tx, ROWS)?;
-        for e in staged.entries {
-            match plan.place(e.seq, &e.table, &e.pk, e.deleted) {
-                Placement::Skip => {}
-                Placement::ServerRow if e.row.is_some() => {
-                    let raw = e.row.map_or("null", RawValue::get);
-                    let record = self.store.decode_server_row(&e.table, &e.pk, &e.bucket, raw)?;
-                    drop(rows.put(record).with_key(row_key(&e.table, &e.pk)).primitive().map_err(failed)?);
+        for StagedEntry { seq, table, pk, bucket, row, deleted } in staged.entries {
+            match (plan.place(seq, &table, &pk, deleted), row) {
+                (Placement::Skip, _) => {}
+                (Placement::ServerRow, Some(row)) => {
+                    let record = self.store.decode_server_row(&table, &pk, &bucket, row.get())?;
+                    drop(rows.put(record).with_key(row_key(&table, &pk)).primitive().map_err(failed)?);
                 }
-                Placement::ServerRow | Placement::Delete => drop(rows.delete(row_key(&e.table, &e.pk)).primitive().map_err(failed)?),
-                Placement::Replay => {
-                    let row = e.row.map(|raw| staged_row(raw.get())).transpose()?;
-                    let entry = Entry { seq: e.seq, table: e.table, pk: e.pk, bucket: e.bucket, row, deleted: e.deleted };
-                    if let Some(op) = plan.materialize(entry) {
+                // A live entry without a row leaves nothing to show, as `materialize` has it.
+                (Placement::ServerRow | Placement::Delete, _) => drop(rows.delete(row_key(&table, &pk)).primitive().map_err(failed)?),
+                (Placement::Replay, row) => {
+                    let row = row.map(|raw| staged_row(raw.get())).transpose()?;
+                    if let Some(op) = plan.materialize(Entry { seq, table, pk, bucket, row, deleted }) {
                         self.apply(std::slice::from_ref(&op))?;
                     }
                 }
