@@ -243,10 +243,16 @@ impl Store {
     /// A row as stored: its record, with the tokens of its table's declared indexes.
     fn encode_row(&self, row: &RowRecord) -> Result<JsValue, ClientError> {
         let js = to_js(row)?;
-        if let Some(tokens) = crate::indexes::tokens(&self.indexes, row) {
-            let _ = js_sys::Reflect::set(&js, &"eq".into(), &to_js(&tokens)?);
-        }
+        self.set_tokens(&js, row)?;
         Ok(js)
+    }
+
+    /// Gives a stored record `js` the tokens of its table's declared indexes, from `record`.
+    fn set_tokens(&self, js: &JsValue, record: &RowRecord) -> Result<(), ClientError> {
+        if let Some(tokens) = crate::indexes::tokens(&self.indexes, record) {
+            let _ = js_sys::Reflect::set(js, &"eq".into(), &to_js(&tokens)?);
+        }
+        Ok(())
     }
 
     /// The stored record of a row the server delivered and no write of ours touches, from the
@@ -260,9 +266,7 @@ impl Store {
             // The declared indexes' tokens need the row's values: decoded only for those tables.
             let visible = staged_row(row)?;
             let record = RowRecord { table: table.into(), pk: pk.into(), bucket: Some(bucket.into()), base: None, visible: Some(visible) };
-            if let Some(tokens) = crate::indexes::tokens(&self.indexes, &record) {
-                let _ = js_sys::Reflect::set(&js, &"eq".into(), &to_js(&tokens)?);
-            }
+            self.set_tokens(&js, &record)?;
         }
         Ok(js)
     }
@@ -360,8 +364,8 @@ pub struct WriteTxn<'a> {
     tx: Transaction<'a>,
     /// The `sync` record as this transaction found it.
     pub stamp: SyncStamp,
-    /// Its changes to the pages staged in memory, and the bytes they will hold after them.
-    staging: std::cell::RefCell<(Vec<StagingChange>, Option<usize>)>,
+    /// Its changes to the pages staged in memory, carried out when it commits.
+    staging: std::cell::RefCell<Vec<StagingChange>>,
 }
 
 impl WriteTxn<'_> {
@@ -445,26 +449,22 @@ impl WriteTxn<'_> {
     /// says whether it did.
     fn stage_in_memory(&self, page_no: u32, text: &str) -> bool {
         let mut staging = self.staging.borrow_mut();
-        let bytes = staging.1.unwrap_or(self.store.staged.borrow().bytes);
+        let bytes = staging.iter().fold(self.store.staged.borrow().bytes, |bytes, change| match change {
+            StagingChange::Put(_, _, n) => bytes + n,
+            StagingChange::Clear => 0,
+        });
         if bytes + text.len() > self.store.staging_memory_bytes {
             return false;
         }
-        staging.0.push(StagingChange::Put(page_no, JsValue::from_str(text), text.len()));
-        staging.1 = Some(bytes + text.len());
+        staging.push(StagingChange::Put(page_no, JsValue::from_str(text), text.len()));
         true
-    }
-
-    fn clear_staged_in_memory(&self) {
-        let mut staging = self.staging.borrow_mut();
-        staging.0.push(StagingChange::Clear);
-        staging.1 = Some(0);
     }
 
     /// Resolves once everything queued is durable.
     pub async fn commit(self) -> Result<(), ClientError> {
         self.tx.commit().await.map_err(failed)?;
         let mut staged = self.store.staged.borrow_mut();
-        for change in self.staging.into_inner().0 {
+        for change in self.staging.into_inner() {
             match change {
                 StagingChange::Put(page_no, text, bytes) => {
                     staged.bytes += bytes;
@@ -617,7 +617,7 @@ fn apply(txn: &WriteTxn<'_>, ops: &[StoreOp]) -> Result<(), ClientError> {
                 }
             }
             StoreOp::ClearStaging => {
-                txn.clear_staged_in_memory();
+                txn.staging.borrow_mut().push(StagingChange::Clear);
                 drop(s(STAGING)?.clear().map_err(failed)?)
             }
             StoreOp::ClearRows => drop(s(ROWS)?.clear().map_err(failed)?),

@@ -10,6 +10,7 @@ use kizuna_protocol::PullPage;
 
 use crate::commit::{CommitPlan, Placement};
 use crate::engine::Engine;
+use crate::rebase::row_op;
 use crate::inputs::LocalWrite;
 use crate::records::{DeadLetter, Meta, Millis, OutboxEntry, PersistedState, RowKey, RowRecord};
 use crate::transaction::{Event, StoreOp, Transaction};
@@ -114,16 +115,13 @@ impl MemoryStore {
                     Placement::Replay => plan.materialize(entry),
                     Placement::Skip => None,
                     Placement::Delete => Some(StoreOp::DeleteRow(RowKey::new(entry.table, entry.pk))),
-                    Placement::ServerRow => Some(match entry.row {
-                        Some(row) => StoreOp::PutRow(RowRecord {
-                            table: entry.table,
-                            pk: entry.pk,
-                            bucket: Some(entry.bucket),
-                            base: Some(row.clone()),
-                            visible: Some(row),
-                        }),
-                        None => StoreOp::DeleteRow(RowKey::new(entry.table, entry.pk)),
-                    }),
+                    Placement::ServerRow => Some(row_op(RowRecord {
+                        table: entry.table,
+                        pk: entry.pk,
+                        bucket: Some(entry.bucket),
+                        base: entry.row.clone(),
+                        visible: entry.row,
+                    })),
                 };
                 if let Some(op) = op {
                     self.apply_op(op);
