@@ -204,6 +204,7 @@ declare
   e_op text[] := array_fill(null::text, array[greatest(n, 1)]);
   e_key text[] := array_fill(null::text, array[greatest(n, 1)]);
   e_cols text[] := array_fill(null::text, array[greatest(n, 1)]);
+  e_prev integer[] := array_fill(null::integer, array[greatest(n, 1)]);  -- the position before with the same key
   batch_at boolean[] := array_fill(false, array[greatest(n, 1)]);  -- an atomic batch applies here
   t kizuna.synced_tables;
   facts jsonb;
@@ -271,13 +272,15 @@ begin
     writable := facts -> 'writable';
     -- What the per-mutation path would refuse before writing goes alone (it gives the verdict).
     for r in
-      select u.pos, m.e ->> 'op' as op, u.key, k.cols
+      select u.pos, m.e ->> 'op' as op, u.key, k.cols, lag(u.pos) over (partition by u.key order by u.pos) as prev
         from unnest(positions, keys) u(pos, key)
         cross join lateral (select muts -> (u.pos - 1) as e, coalesce(nullif(muts -> (u.pos - 1) -> 'columns', 'null'), '{}') as c) m
         cross join lateral (
-          select string_agg(x, ',') as cols,  -- (jsonb keeps an object's keys in one order)
-                 coalesce(bool_and(writable ? x) filter (where x <> t.pk_column or m.c ? t.pk_column), true) as writable
-            from jsonb_object_keys(m.c || jsonb_build_object(t.pk_column, u.key)) x) k
+          -- The columns a row names besides its key (jsonb keeps an object's keys in one order);
+          -- the key column is always written, named or not.
+          select coalesce(string_agg(x, ',') filter (where x <> t.pk_column), '') as cols,
+                 coalesce(bool_and(writable ? x), true) as writable
+            from jsonb_object_keys(m.c) x) k
        where u.key is not null and not u.key = any (deleted)
          and (m.e ->> 'op' = 'delete'
               or (k.writable and not (m.c ? t.pk_column and m.c ->> t.pk_column is distinct from u.key)))
@@ -286,6 +289,7 @@ begin
       e_op[r.pos] := r.op;
       e_key[r.pos] := r.key;
       e_cols[r.pos] := case when r.op <> 'delete' then r.cols end;
+      e_prev[r.pos] := r.prev;
     end loop;
   end loop;
 
@@ -296,8 +300,10 @@ begin
     if i <= n and not batch_at[i] and (verdicts[i] is not null or muts -> (i - 1) ->> 'batch' is not null) then
       continue;  -- no effect here
     end if;
+    -- (Every candidate since the run's first position is in the run, so a key repeats in it when
+    -- its candidate before, of this table, is at or after that position.)
     if i <= n and e_table[i] = run_table and e_op[i] = run_op and e_cols[i] is not distinct from run_cols
-       and not e_key[i] = any (run_keys) then
+       and not coalesce(e_prev[i] >= run_positions[1], false) then
       run_positions := run_positions || i;
       run_keys := run_keys || e_key[i];
       continue;
