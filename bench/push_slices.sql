@@ -1,4 +1,5 @@
--- push.sql_ratio: 10,000 queued writes pushed as the client sends them (slices of 64, each request
+-- push.sql_ratio: 10,000 queued writes pushed as the client sends them (slices of the client's
+-- default maxSlice, 256, or of `bench.slice` when set: PGOPTIONS="-c bench.slice=64"; each request
 -- its own transaction, as the gateway runs it) against one plain INSERT of the same rows by the same
 -- caller into the same synced table: the limit for getting these rows synced, since a plain SQL
 -- writer pays the capture trigger and the commit fence too. push.sql_unsynced_ratio: against the
@@ -16,7 +17,7 @@ grant select, insert, update, delete on public.bench_todos_plain to authenticate
 do $$
 declare
   n constant integer := 10000;
-  slice constant integer := 64;
+  slice constant integer := coalesce(nullif(current_setting('bench.slice', true), '')::integer, 256);
   who text := gen_random_uuid()::text;
   client uuid := gen_random_uuid();
   -- The rows the browser bench writes (bench/browser/bench.js, row(i)), under keys of this run.

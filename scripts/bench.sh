@@ -40,6 +40,8 @@ psql "$db" -qf bench/stranger.sql 2>&1 | sed -n 's/.*NOTICE: */  /p'
 mkdir -p target/bench
 psql "$db" -v ON_ERROR_STOP=1 -qf bench/push_slices.sql 2>&1 | sed -n 's/.*NOTICE: *push\.sql //p' > target/bench/push-sql.json
 echo "  push of 10,000 writes in the client's slices, as SQL: $(cat target/bench/push-sql.json)"
+# The same in slices of 64, the client's default before 2026-12-04, for comparison with older runs.
+echo "  the same in slices of 64: $(PGOPTIONS="-c bench.slice=64" psql "$db" -v ON_ERROR_STOP=1 -qf bench/push_slices.sql 2>&1 | sed -n 's/.*NOTICE: *push\.sql //p')"
 # Loaded after the push figures: its million rows leave the disk busy writing them back for a while,
 # which had halved the push figures measured right after it.
 started=$(date +%s%N)

@@ -122,7 +122,7 @@ export interface ClientOptions<DB extends object = AnyTables> {
   pullIntervalMs?: number;
   /** Entries per pull page (default 1000). */
   pullLimit?: number;
-  /** Mutations per push (default 64). */
+  /** Mutations per push (default 256). */
   maxSlice?: number;
   /** First retry delay in ms, doubled per failure with jitter (default 1000). */
   retryBaseMs?: number;

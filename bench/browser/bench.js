@@ -208,7 +208,7 @@ window.bench = {
     return { open_pending: { writes: pending, ms } };
   },
 
-  // push.http_ratio: `sync()` pushing n queued lone writes (the client's own slices, 64 by
+  // push.http_ratio: `sync()` pushing n queued lone writes (the client's own slices, 256 by
   // default) against plain `fetch` of the same request bodies to the gateway, one after another,
   // each answer parsed. The client's fetch is wrapped to keep its push bodies and to see when its
   // pull begins: the push is over then (sync() pulls after pushing). The limit's bodies are the

@@ -11,6 +11,9 @@ use crate::records::Millis;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Config {
     /// Most mutations in one push request (an atomic batch larger than this still goes whole).
+    /// 256 by default: a backlog goes in a quarter of the requests and commits that 64 took
+    /// (10,000 writes pushed in slices of 64 spent about a third of their time on what each
+    /// request pays once), and the server's default `max_batch_size` of 500 stays above it.
     pub max_slice: usize,
     /// Consecutive permanent failures a lone write or atomic batch may take before it is
     /// dead-lettered.
@@ -32,7 +35,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Config {
         Config {
-            max_slice: 64,
+            max_slice: 256,
             max_permanent_failures: 5,
             retry_base_ms: 1000,
             retry_max_ms: 60_000,

@@ -24,7 +24,7 @@ fn network() -> Failure {
 /// Writes go out in issue order, in slices of at most max_slice, one request at a time.
 #[test]
 fn issue_order_and_slice_width() {
-    let mut h = Harness::new(Config::default());
+    let mut h = Harness::new(Config { max_slice: 64, ..Config::default() });
     for i in 0..200 {
         h.write("todos", &i.to_string(), Op::Upsert, Some(json!({"i": i})));
     }
