@@ -707,19 +707,19 @@ create or replace function kizuna.prechecks(muts jsonb, c kizuna.clients) return
 language plpgsql as $$
 declare
   verdicts jsonb[];
+  recorded constant jsonb[] := kizuna.recorded_verdicts(c.client_id, muts);
   b record;
   i integer;
 begin
   select array_agg(case
-           when r.v is not null then r.v || '{"replayed": true}'
+           when recorded[o] is not null then recorded[o] || '{"replayed": true}'
            when (e ->> 'client_seq')::bigint <= c.pruned_seq
              then jsonb_build_object('id', e -> 'id', 'status', 'SKIPPED', 'replayed', false)
            when (e ->> 'apply_after')::timestamptz > now()
              then jsonb_build_object('id', e -> 'id', 'status', 'DELAYED', 'replayed', false)
          end order by o)
     into verdicts
-    from jsonb_array_elements(muts) with ordinality a(e, o)
-    join unnest(kizuna.recorded_verdicts(c.client_id, muts)) with ordinality r(v, p) on r.p = a.o;
+    from jsonb_array_elements(muts) with ordinality a(e, o);
 
   -- One member of an atomic batch that may not apply yet: the batch waits as a whole, nothing stored.
   for b in select array_agg(o::integer order by o) as members from jsonb_array_elements(muts) with ordinality a(e, o)
