@@ -11,6 +11,7 @@ mod indexes;
 mod js;
 mod leader;
 mod options;
+mod pages;
 mod runner;
 mod scheduler;
 mod store;

@@ -7,11 +7,12 @@ use std::rc::{Rc, Weak};
 
 use futures_util::lock::Mutex;
 use kizuna_engine::{Checkpoint, CommitPlan, Config, Engine, EngineError, Event, Failure, LocalWrite, PullStep, RowKey, RowRecord, StoreOp, Transaction};
-use kizuna_protocol::{ErrorClass, PullPage, PullRequest, PushRequest, PushResponse};
+use kizuna_protocol::{ErrorClass, PullRequest, PushRequest, PushResponse};
 use serde_json::{json, Value};
 
 use crate::error::ClientError;
 use crate::events::{self, SharedListeners};
+use crate::pages::Pulled;
 use crate::scheduler::Scheduler;
 use crate::store::{Store, SyncStamp, WriteTxn};
 use crate::tabs::{self, Tabs};
@@ -79,7 +80,7 @@ pub fn failure_error(f: &Failure) -> ClientError {
 /// Where a pull run goes after a page.
 enum Flow {
     /// The next page, fetched while this one was staged.
-    Next(PullPage),
+    Next(Pulled),
     Committed,
     Abandoned,
 }
@@ -423,7 +424,7 @@ impl Inner {
     /// was due.
     pub async fn pull_run(&self) -> Result<bool, ClientError> {
         let Some(request) = self.engine.borrow_mut().poll_pull(now()) else { return Ok(false) };
-        let mut page = self.fetch_page(self.transport.rpc("kizuna_pull", &request).await).await?;
+        let mut page = self.fetch_page(self.transport.pull(&request).await).await?;
         loop {
             match self.feed_page(page).await? {
                 Flow::Next(next) => page = next,
@@ -436,7 +437,7 @@ impl Inner {
     }
 
     /// A page's answer, or its failure handed to the engine (in a step of its own) and returned.
-    async fn fetch_page(&self, answer: Result<PullPage, Failure>) -> Result<PullPage, ClientError> {
+    async fn fetch_page(&self, answer: Result<Pulled, Failure>) -> Result<Pulled, ClientError> {
         match answer {
             Ok(page) => Ok(page),
             Err(failure) => {
@@ -453,9 +454,12 @@ impl Inner {
     /// store work at once; the closing page commits the whole run: the staged pages are read back
     /// in the same transaction that writes the rows, so the run lands at once or not at all and no
     /// transaction stays open across a network wait.
-    async fn feed_page(&self, page: PullPage) -> Result<Flow, ClientError> {
+    async fn feed_page(&self, page: Pulled) -> Result<Flow, ClientError> {
         let txn = self.begin(true).await?;
-        let step = self.engine.borrow_mut().on_pull_page(now(), page);
+        let step = match page {
+            Pulled::Text(head, text) => self.engine.borrow_mut().on_pull_page_text(now(), head, text),
+            Pulled::Decoded(page) => self.engine.borrow_mut().on_pull_page(now(), page),
+        };
         let planned = match step {
             PullStep::Stage { tx, next } | PullStep::Restart { tx, next } => Ok((tx, Err(next))),
             PullStep::Abandoned { tx } => Ok((tx, Ok(Flow::Abandoned))),
@@ -465,7 +469,7 @@ impl Inner {
         let planned: Result<(Transaction, Result<Flow, PullRequest>), ClientError> = planned;
         match planned {
             Ok((tx, Err(next))) => {
-                let (written, fetched) = futures_util::future::join(self.finish(txn, &tx), self.transport.rpc("kizuna_pull", &next)).await;
+                let (written, fetched) = futures_util::future::join(self.finish(txn, &tx), self.transport.pull(&next)).await;
                 written?;
                 Ok(Flow::Next(self.fetch_page(fetched).await?))
             }

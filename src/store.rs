@@ -20,13 +20,13 @@ use indexed_db_futures::KeyPath;
 use js_sys::Array;
 use kizuna_engine::{CommitPlan, Event, PersistedState, Placement, RowKey, RowRecord, StoreOp};
 use kizuna_protocol::Entry;
-use serde_json::value::RawValue;
 use serde::{de::DeserializeOwned, Serialize};
 use wasm_bindgen::prelude::*;
 
 use crate::error::ClientError;
 use crate::indexes::Indexes;
 use crate::js;
+use crate::pages::{PageText, StagedEntry};
 
 /// The rows, with the tokens of the app's declared equality indexes (schema 2).
 const ROWS: &str = "rows_v2";
@@ -88,34 +88,9 @@ enum StagingChange {
     Clear,
 }
 
-/// A staged page as `write_staged` reads it: the entries, each row left as its JSON text.
-#[derive(serde::Deserialize)]
-struct StagedPage<'a> {
-    #[serde(borrow)]
-    entries: Vec<StagedEntry<'a>>,
-}
-
-/// `kizuna_protocol::Entry` with its row undecoded.
-#[derive(serde::Deserialize)]
-struct StagedEntry<'a> {
-    seq: i64,
-    table: String,
-    pk: String,
-    bucket: String,
-    #[serde(borrow, default)]
-    row: Option<&'a RawValue>,
-    #[serde(default)]
-    deleted: bool,
-}
-
-/// A staged row's text as a row. Through a JSON value, which the package decodes anyway: a
-/// decoder of rows straight from text would be one more in the package.
+/// A staged row's text as a row.
 fn staged_row(text: &str) -> Result<kizuna_protocol::Row, ClientError> {
-    match serde_json::from_str(text) {
-        Ok(serde_json::Value::Object(row)) => Ok(row),
-        Ok(_) => Err(ClientError::new("STORAGE_CORRUPT", "a staged row is not an object")),
-        Err(e) => Err(ClientError::new("STORAGE_CORRUPT", format!("a staged row does not decode: {e}"))),
-    }
+    crate::pages::staged_row(text).map_err(|e| ClientError::new("STORAGE_CORRUPT", e))
 }
 
 /// An IndexedDB failure, with the browser's words.
@@ -418,7 +393,7 @@ impl WriteTxn<'_> {
             None => js_sys::JSON::stringify(&page).map(String::from).unwrap_or_default(),
         };
         let corrupt = |e: serde_json::Error| ClientError::new("STORAGE_CORRUPT", format!("a staged page does not decode: {e}"));
-        let staged: StagedPage<'_> = serde_json::from_str(&text).map_err(corrupt)?;
+        let staged: PageText<'_> = serde_json::from_str(&text).map_err(corrupt)?;
         let rows = store(&self.tx, ROWS)?;
         for StagedEntry { seq, table, pk, bucket, row, deleted } in staged.entries {
             match (plan.place(seq, &table, &pk, deleted), row) {
@@ -431,7 +406,8 @@ impl WriteTxn<'_> {
                 (Placement::ServerRow | Placement::Delete, _) => drop(rows.delete(row_key(&table, &pk)).primitive().map_err(failed)?),
                 (Placement::Replay, row) => {
                     let row = row.map(|raw| staged_row(raw.get())).transpose()?;
-                    if let Some(op) = plan.materialize(Entry { seq, table, pk, bucket, row, deleted }) {
+                    let entry = Entry { seq, table: table.into_owned(), pk: pk.into_owned(), bucket: bucket.into_owned(), row, deleted };
+                    if let Some(op) = plan.materialize(entry) {
                         self.apply(std::slice::from_ref(&op))?;
                     }
                 }
@@ -563,6 +539,16 @@ async fn get_all(store: &ObjectStore<'_>) -> Result<Vec<JsValue>, ClientError> {
     all.map(|r| r.map_err(failed)).collect()
 }
 
+/// Stages a pull page's text: in memory while it fits (`StagedInMemory`), else in IndexedDB. As
+/// text: nothing reads a staged page but the commit, and a string is cloned into IndexedDB in one
+/// copy where a page of objects is walked entry by entry.
+fn stage(txn: &WriteTxn<'_>, page_no: u32, text: &str) -> Result<(), ClientError> {
+    if !txn.stage_in_memory(page_no, text) {
+        drop(store(&txn.tx, STAGING)?.put(JsValue::from_str(text)).with_key(JsValue::from_f64(page_no as f64)).primitive().map_err(failed)?)
+    }
+    Ok(())
+}
+
 /// Queues every operation on `tx` without waiting for each: IndexedDB runs a transaction's
 /// requests in order, so a later put wins over an earlier one, and any failure aborts the
 /// transaction, which `commit` then reports.
@@ -609,13 +595,10 @@ fn apply(txn: &WriteTxn<'_>, ops: &[StoreOp]) -> Result<(), ClientError> {
             StoreOp::DeleteDead(n) => drop(s(DEAD)?.delete(seq(*n)).primitive().map_err(failed)?),
             StoreOp::PutMeta(meta) => drop(s(META)?.put(to_js(meta)?).with_key(JsValue::from_str(META_KEY)).primitive().map_err(failed)?),
             StoreOp::PutStaging { page_no, page } => {
-                // As JSON text: nothing reads a staged page but the commit, and a string is cloned
-                // into IndexedDB in one copy where a page of objects is walked entry by entry.
                 let text = serde_json::to_string(page).map_err(|e| ClientError::new("STORAGE_FAILED", format!("cannot encode a page: {e}")))?;
-                if !txn.stage_in_memory(*page_no, &text) {
-                    drop(s(STAGING)?.put(JsValue::from_str(&text)).with_key(JsValue::from_f64(*page_no as f64)).primitive().map_err(failed)?)
-                }
+                stage(txn, *page_no, &text)?
             }
+            StoreOp::PutStagingText { page_no, text } => stage(txn, *page_no, text)?,
             StoreOp::ClearStaging => {
                 txn.staging.borrow_mut().push(StagingChange::Clear);
                 drop(s(STAGING)?.clear().map_err(failed)?)

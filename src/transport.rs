@@ -3,7 +3,7 @@
 
 use js_sys::{Function, Promise, Reflect};
 use kizuna_engine::Failure;
-use kizuna_protocol::{codes, ErrorBody};
+use kizuna_protocol::{codes, ErrorBody, PullRequest};
 use serde::{de::DeserializeOwned, Serialize};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -11,6 +11,7 @@ use wasm_bindgen_futures::JsFuture;
 use web_sys::{AbortController, Headers, RequestInit, Response};
 
 use crate::error::describe;
+use crate::pages::{self, Pulled};
 
 /// How long a session lookup may take before the run fails with `AUTH_SESSION_TIMEOUT`, so a hung
 /// refresh fails one sync run instead of hanging it.
@@ -28,6 +29,10 @@ fn failure(status: Option<u16>, code: &str, message: impl Into<String>) -> Failu
     Failure { status, code: code.to_string(), message: message.into() }
 }
 
+fn undecodable(status: u16, error: impl std::fmt::Display) -> Failure {
+    failure(Some(status), codes::NETWORK, format!("the server's answer does not decode: {error}"))
+}
+
 /// Resolves `promise`, or `None` once `ms` have passed. The deadline is a gloo-timers future:
 /// whichever way the race ends, the timer is dropped and cleared, so no request leaves one behind.
 async fn within(promise: Promise, ms: i32) -> Option<Result<JsValue, JsValue>> {
@@ -37,23 +42,6 @@ async fn within(promise: Promise, ms: i32) -> Option<Result<JsValue, JsValue>> {
     match select(answer, deadline).await {
         Either::Left((settled, _deadline)) => Some(settled),
         Either::Right(((), _answer)) => None,
-    }
-}
-
-/// Integers beyond 2^53 (a Postgres bigint, a snowflake id) become the nearest double, as
-/// `JSON.parse` and every other JS client would read them: a JS number cannot hold more, and
-/// IndexedDB and the app only ever see JS numbers.
-/// In place: rebuilding every object of a page of rows cost a first sync more than the change.
-fn js_safe_numbers(value: &mut serde_json::Value) {
-    use serde_json::Value;
-    const MAX_SAFE: u64 = (1 << 53) - 1;
-    match value {
-        Value::Number(n) if n.as_u64().is_some_and(|u| u > MAX_SAFE) || n.as_i64().is_some_and(|i| i.unsigned_abs() > MAX_SAFE) => {
-            *value = n.as_f64().and_then(serde_json::Number::from_f64).map_or(Value::Null, Value::Number);
-        }
-        Value::Array(items) => items.iter_mut().for_each(js_safe_numbers),
-        Value::Object(map) => map.values_mut().for_each(js_safe_numbers),
-        _ => {}
     }
 }
 
@@ -144,6 +132,19 @@ impl Transport {
 
     /// POSTs `{"request": body}` to `/rest/v1/rpc/<function>` and decodes the answer.
     pub async fn rpc<Req: Serialize, Res: DeserializeOwned>(&self, function: &str, body: &Req) -> Result<Res, Failure> {
+        let (status, text) = self.rpc_text(function, body).await?;
+        pages::decode(&text).map_err(|e| undecodable(status, e))
+    }
+
+    /// A pull page: to stage as its text, or decoded when it closes the run (`pages.rs`).
+    pub async fn pull(&self, request: &PullRequest) -> Result<Pulled, Failure> {
+        let (status, text) = self.rpc_text("kizuna_pull", request).await?;
+        pages::read_page(text).map_err(|e| undecodable(status, e))
+    }
+
+    /// POSTs `{"request": body}` to `/rest/v1/rpc/<function>`: a successful answer's status and
+    /// text, or the failure.
+    async fn rpc_text<Req: Serialize>(&self, function: &str, body: &Req) -> Result<(u16, String), Failure> {
         let token = self.access_token().await?;
         // Straight to text: `json!` would build a JSON value first, and serde generates an encoder
         // of the request's types for each way of writing them.
@@ -178,18 +179,10 @@ impl Transport {
         if (200..300).contains(&status) {
             // Checked as UTF-8 here, then read as text: a decoder of bytes would be a second
             // decoder of JSON values in the package. A body that is not UTF-8 is refused.
-            let Ok(text) = std::str::from_utf8(&bytes) else {
-                return Err(failure(Some(status), codes::NETWORK, "the server's answer is not UTF-8"));
+            return match String::from_utf8(bytes) {
+                Ok(text) => Ok((status, text)),
+                Err(_) => Err(failure(Some(status), codes::NETWORK, "the server's answer is not UTF-8")),
             };
-            let decoded = serde_json::from_str::<serde_json::Value>(text)
-                .map(|mut value| {
-                    js_safe_numbers(&mut value);
-                    value
-                })
-                .and_then(serde_json::from_value);
-            return decoded.map_err(|e| {
-                failure(Some(status), codes::NETWORK, format!("the server's answer does not decode: {e}"))
-            });
         }
         let text = String::from_utf8_lossy(&bytes);
         let body: Option<ErrorBody> = serde_json::from_str(&text).ok();

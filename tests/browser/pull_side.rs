@@ -202,6 +202,9 @@ async fn integers_beyond_two_to_the_53_arrive_as_json_parse_reads_them() {
     // A row a page: the first two are staged before the closing page commits them.
     set(&opts, "pullLimit", json!(1));
     let client = open(&opts).await;
+    // A pending edit: this key's staged row is decoded to replay the edit over it; the others'
+    // staged rows are stored from their text.
+    ok(client.patch("todos".into(), ids[0].clone().into(), to_js(&json!({"done": true})), None)).await;
     ok(client.pull()).await;
     let expected = from_js(js_sys::JSON::parse("[9007199254740993, 18446744073709551615, -9007199254740993]").unwrap());
     for id in &ids {
@@ -307,6 +310,53 @@ async fn an_answer_that_is_not_utf8_is_refused_and_changes_nothing() {
     let row = ok(client.get("todos".into(), id.clone().into())).await;
     assert_eq!(row["title"], json!("row 0"), "{row}");
     client.close();
+}
+
+/// A page before the closing one that is not a page (a row that is not an object, an entry
+/// without its table) is refused when it arrives, never staged: the pull fails as a network
+/// failure, nothing is stored, and the next good answers land.
+#[wasm_bindgen_test]
+async fn a_staged_page_that_is_not_a_page_is_refused_and_changes_nothing() {
+    let user = random_id();
+    let ids = write_rows(&user, 2).await;
+    for spoiled in ["entries[0].row = 5", "delete entries[0].table"] {
+        let spoil = Rc::new(Cell::new(true));
+        let s = spoil.clone();
+        let edit = js_sys::Function::new_with_args(
+            "url, init",
+            &format!(
+                "return fetch(url, init).then(async (r) => {{
+                   if (!String(url).endsWith('kizuna_pull')) return r;
+                   const page = await r.json();
+                   const entries = page.entries;
+                   if (!page.done) {{ {spoiled}; }}
+                   return new Response(JSON.stringify(page), {{ status: r.status, headers: r.headers }});
+                 }})"
+            ),
+        );
+        let choose = wasm_bindgen::closure::Closure::<dyn Fn(wasm_bindgen::JsValue, wasm_bindgen::JsValue) -> js_sys::Promise>::new(move |url: wasm_bindgen::JsValue, init: wasm_bindgen::JsValue| {
+            let global = js_sys::global();
+            let f: js_sys::Function = if s.get() { edit.clone() } else { Reflect::get(&global, &"fetch".into()).unwrap().into() };
+            f.call2(&global, &url, &init).unwrap().into()
+        });
+        let opts = options(&format!("not-a-page-{}", random_id()), &user);
+        Reflect::set(&opts, &"fetch".into(), choose.as_ref()).unwrap();
+        choose.forget();
+        // A row a page: the first page is staged, the second closes the run.
+        set(&opts, "pullLimit", json!(1));
+        let client = open(&opts).await;
+        let err = call(client.pull()).await.expect_err(spoiled);
+        assert_eq!(error_code(&err), "NETWORK", "{spoiled}");
+        assert_eq!(ok(client.list("todos".into())).await, json!([]), "{spoiled}: nothing of the run was stored");
+        assert_eq!(from_js(client.get_checkpoint())["cursor"], json!(null), "{spoiled}");
+        spoil.set(false);
+        ok(client.pull()).await;
+        for (i, id) in ids.iter().enumerate() {
+            let row = ok(client.get("todos".into(), id.clone().into())).await;
+            assert_eq!(row["title"], json!(format!("row {i}")), "{spoiled}: {row}");
+        }
+        client.close();
+    }
 }
 
 /// A run's staged pages wait in memory up to `stagingMemoryBytes` and in IndexedDB past it: with

@@ -66,7 +66,7 @@ pub use commit::{CommitPlan, Placement, LISTED_CHANGES};
 pub use config::Config;
 pub use engine::Engine;
 pub use inputs::{EngineError, Failure, LocalWrite};
-pub use pull::PullStep;
+pub use pull::{PageHead, PullStep};
 pub use records::{Checkpoint, Counters, DeadLetter, Meta, Millis, OutboxEntry, PersistedState, RowKey, RowRecord};
 pub use status::{Health, Status};
 pub use transaction::{ChangeOrigin, Event, StoreOp, Transaction};

@@ -71,6 +71,11 @@ impl MemoryStore {
             StoreOp::PutStaging { page_no, page } => {
                 self.staging.insert(page_no, page);
             }
+            StoreOp::PutStagingText { page_no, text } => {
+                // Kept decoded: the text is a page an adapter read before handing it over.
+                let page = serde_json::from_str(&text).expect("a staged page's text is a page");
+                self.staging.insert(page_no, page);
+            }
             StoreOp::ClearStaging => self.staging.clear(),
             StoreOp::ClearRows => self.rows.clear(),
         }

@@ -50,6 +50,46 @@ pub enum PullStep {
     },
 }
 
+/// What the engine reads of a page: all of it but its entries, and how many there are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PageHead {
+    /// `PullPage::cursor`.
+    pub cursor: String,
+    /// `PullPage::done`.
+    pub done: bool,
+    /// `PullPage::horizon`.
+    pub horizon: i64,
+    /// `PullPage::lifecycle`.
+    pub lifecycle: Option<Lifecycle>,
+    /// `PullPage::conflicts`.
+    pub conflicts: Option<Vec<Conflict>>,
+    /// `PullPage::total`.
+    pub total: Option<u64>,
+    /// How many entries the page holds.
+    pub entries: usize,
+}
+
+impl PageHead {
+    /// The head of a decoded page.
+    pub fn of(page: &PullPage) -> PageHead {
+        PageHead {
+            cursor: page.cursor.clone(),
+            done: page.done,
+            horizon: page.horizon,
+            lifecycle: page.lifecycle,
+            conflicts: page.conflicts.clone(),
+            total: page.total,
+            entries: page.entries.len(),
+        }
+    }
+}
+
+/// A page's entries: decoded, or still the text of the page.
+enum PageBody {
+    Decoded(PullPage),
+    Text(String),
+}
+
 /// Pull scheduling and the run in progress.
 #[derive(Debug)]
 pub(crate) struct PullState {
@@ -145,10 +185,28 @@ impl Engine {
 
     /// Handles one page of the run in progress.
     pub fn on_pull_page(&mut self, now: Millis, page: PullPage) -> PullStep {
+        let head = PageHead::of(&page);
+        self.take_page(now, head, PageBody::Decoded(page))
+    }
+
+    /// Handles a page before the closing one whose entries are left as the JSON text the page came
+    /// in: the browser adapter stages an answer as it came, where decoding every row only to encode
+    /// it again was most of what a first sync's pages phase spent in wasm. A closing page or a
+    /// lifecycle signal must come through `on_pull_page`, since the commit plan reads its entries;
+    /// handed over as text, it abandons the run.
+    pub fn on_pull_page_text(&mut self, now: Millis, head: PageHead, text: String) -> PullStep {
+        self.take_page(now, head, PageBody::Text(text))
+    }
+
+    fn take_page(&mut self, now: Millis, head: PageHead, body: PageBody) -> PullStep {
         let Some(run) = self.pull.run.as_mut().filter(|r| !r.committing) else {
             return PullStep::Abandoned { tx: Transaction::default() };
         };
-        if let Some(signal) = page.lifecycle {
+        if matches!(body, PageBody::Text(_)) && (head.done || head.lifecycle.is_some()) {
+            let message = "a closing page or a lifecycle signal was handed over undecoded";
+            return PullStep::Abandoned { tx: self.abandon_run(now, "PULL_PAGE_UNDECODED", message, true) };
+        }
+        if let Some(signal) = head.lifecycle {
             if run.from_null {
                 // A run from null cannot expire; the server is confused. Back off, do not loop.
                 let message = format!("{} on a run from the beginning", signal.as_str());
@@ -178,33 +236,37 @@ impl Engine {
             Some(Lifecycle::ServerReset) => run.horizon.unwrap_or(i64::MIN),
             _ => run.horizon.unwrap_or(i64::MIN).max(committed),
         };
-        if page.horizon < floor {
-            let message = format!("page horizon {} is below {}; the checkpoint never moves backwards", page.horizon, floor);
+        if head.horizon < floor {
+            let message = format!("page horizon {} is below {}; the checkpoint never moves backwards", head.horizon, floor);
             return PullStep::Abandoned { tx: self.abandon_run(now, "CURSOR_REGRESSION", &message, true) };
         }
 
         let page_no = run.pages;
         run.pages += 1;
-        run.entries += page.entries.len() as u64;
+        run.entries += head.entries as u64;
         if page_no == 0 {
-            run.total = page.total;
+            run.total = head.total;
         }
-        run.horizon = Some(page.horizon);
-        run.conflicts.extend(page.conflicts.iter().flatten().cloned());
-        if page.done {
-            run.committing = true;
-            let run = run.clone();
-            return PullStep::Commit(CommitPlan::new(self, run, page));
-        }
+        run.horizon = Some(head.horizon);
+        run.conflicts.extend(head.conflicts.into_iter().flatten());
+        let staged = match body {
+            PageBody::Decoded(page) if page.done => {
+                run.committing = true;
+                let run = run.clone();
+                return PullStep::Commit(CommitPlan::new(self, run, page));
+            }
+            PageBody::Decoded(page) => StoreOp::PutStaging { page_no, page },
+            PageBody::Text(text) => StoreOp::PutStagingText { page_no, text },
+        };
         // The horizon advances with the run, so more may arrive than the first page counted.
         let progress = Event::PullProgress { pages: run.pages, entries: run.entries, total: run.total.map(|t| t.max(run.entries)) };
-        let next = self.pull_request(Some(page.cursor.clone()));
+        let next = self.pull_request(Some(head.cursor));
         let mut ops = Vec::new();
         if page_no == 0 {
             // Pages of an earlier, abandoned run (a reload mid-run) must not be read back.
             ops.push(StoreOp::ClearStaging);
         }
-        ops.push(StoreOp::PutStaging { page_no, page });
+        ops.push(staged);
         PullStep::Stage { tx: Transaction { ops, events: vec![progress] }, next }
     }
 

@@ -30,6 +30,14 @@ pub enum StoreOp {
         /// The page as received.
         page: PullPage,
     },
+    /// Put one page of the pull run in progress into `staging` as the JSON text it came in
+    /// (`Engine::on_pull_page_text`).
+    PutStagingText {
+        /// 0-based position of the page within its run.
+        page_no: u32,
+        /// The page's text, whole.
+        text: String,
+    },
     /// Empty `staging`.
     ClearStaging,
     /// Empty `rows` (only at the start of a rehydrating commit; the outbox is kept).

@@ -4,7 +4,7 @@ mod support;
 
 use kizuna_engine::protocol::{Conflict, Op, codes};
 use kizuna_engine::util::Prng;
-use kizuna_engine::{ChangeOrigin, Config, Event, Failure, PullStep, RowKey};
+use kizuna_engine::{ChangeOrigin, Config, Event, Failure, PageHead, PullStep, RowKey, StoreOp};
 use serde_json::json;
 use support::*;
 
@@ -404,4 +404,57 @@ fn a_large_run_names_its_changed_tables_past_the_listed_keys() {
     });
     assert_eq!(change, Some((kizuna_engine::LISTED_CHANGES, vec!["todos".to_string()])));
     assert_eq!(h.store.rows.len(), kizuna_engine::LISTED_CHANGES + 5, "every row is stored all the same");
+}
+
+/// Pages handed over as their text (as the browser adapter stages answers) commit the same rows,
+/// checkpoint and events as the same pages decoded; the text is staged as it came. A closing page
+/// handed over as text abandons the run with nothing committed: its entries are the plan's.
+#[test]
+fn pages_staged_as_text_commit_what_decoded_pages_commit() {
+    let run = |as_text: bool, closing_as_text: bool| {
+        let mut h = Harness::new(small_pages());
+        seed_server(&mut h, 25);
+        h.write("todos", "003", Op::Patch, Some(json!({"mine": true})));
+        let mut request = h.engine.poll_pull(h.now).unwrap();
+        loop {
+            let page = h.server.pull(&request);
+            let step = if as_text && (!page.done || closing_as_text) {
+                let head = PageHead::of(&page);
+                let text = serde_json::to_string(&page).unwrap();
+                h.engine.on_pull_page_text(h.now, head, text)
+            } else {
+                h.engine.on_pull_page(h.now, page)
+            };
+            match step {
+                PullStep::Stage { tx, next } => {
+                    if as_text {
+                        assert!(tx.ops.iter().any(|op| matches!(op, StoreOp::PutStagingText { .. })));
+                    }
+                    h.store.apply(tx);
+                    request = next;
+                }
+                PullStep::Commit(plan) => {
+                    h.commit(plan);
+                    break;
+                }
+                PullStep::Abandoned { tx } => {
+                    h.store.apply(tx);
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        (h.store.rows.clone(), h.engine.checkpoint().clone(), h.events())
+    };
+    let (decoded_rows, decoded_checkpoint, decoded_events) = run(false, false);
+    let (text_rows, text_checkpoint, text_events) = run(true, false);
+    assert_eq!(decoded_rows.len(), 25);
+    assert_eq!(text_rows, decoded_rows);
+    assert_eq!(text_checkpoint, decoded_checkpoint);
+    assert_eq!(text_events, decoded_events);
+
+    let (rows, checkpoint, events) = run(true, true);
+    assert!(rows.len() <= 1, "only the pending write's row, nothing pulled: {}", rows.len());
+    assert_eq!(checkpoint.cursor, None);
+    assert!(events.iter().any(|e| matches!(e, Event::PullFailed { code, .. } if code == "PULL_PAGE_UNDECODED")));
 }

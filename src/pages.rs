@@ -1,0 +1,118 @@
+//! Pull pages as the client reads them. A page before the closing one is read for its head alone,
+//! its rows left as text, and staged as the text it came in: decoding every row into wasm memory
+//! only to encode it again for staging was most of what a first sync's pages phase spent in wasm.
+//! The closing page, whose entries the commit plan reads, is decoded whole. Numbers are read as
+//! `JSON.parse` reads them (`js_safe_numbers`), decoded or staged.
+
+use std::borrow::Cow;
+
+use kizuna_engine::PageHead;
+use kizuna_protocol::{Conflict, PullPage, Row};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+/// A pulled page, as the engine takes it.
+pub enum Pulled {
+    /// A page before the closing one: its head, and its text to stage.
+    Text(PageHead, String),
+    /// The closing page, or a lifecycle signal.
+    Decoded(PullPage),
+}
+
+/// A page's JSON with its entries' rows left as text: how an answer is read before it is staged,
+/// and how a staged page is read back by the closing transaction.
+#[derive(Deserialize)]
+pub struct PageText<'a> {
+    cursor: String,
+    done: bool,
+    horizon: i64,
+    // Both left as text: a page that holds a lifecycle signal is decoded whole, and conflicts go
+    // through the decoder the whole pages use (one more decoder of each would be package size).
+    #[serde(borrow, default)]
+    lifecycle: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    conflicts: Option<&'a RawValue>,
+    #[serde(default)]
+    total: Option<u64>,
+    #[serde(borrow)]
+    pub entries: Vec<StagedEntry<'a>>,
+}
+
+/// `kizuna_protocol::Entry` with its row undecoded (and its names borrowed from the text where
+/// they hold no escapes).
+#[derive(Deserialize)]
+pub struct StagedEntry<'a> {
+    pub seq: i64,
+    #[serde(borrow)]
+    pub table: Cow<'a, str>,
+    #[serde(borrow)]
+    pub pk: Cow<'a, str>,
+    #[serde(borrow)]
+    pub bucket: Cow<'a, str>,
+    #[serde(borrow, default)]
+    pub row: Option<&'a RawValue>,
+    #[serde(default)]
+    pub deleted: bool,
+}
+
+/// Reads a pull answer: a page to stage as its text, or a closing page (or lifecycle signal)
+/// decoded. Whatever would not decode as a `PullPage` is refused here, as it was when every page
+/// was decoded, so a bad page is never staged.
+pub fn read_page(text: String) -> Result<Pulled, String> {
+    let page: PageText<'_> = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    if page.done || page.lifecycle.is_some() {
+        return decode(&text).map(Pulled::Decoded).map_err(|e| e.to_string());
+    }
+    let conflicts: Option<Vec<Conflict>> = match page.conflicts {
+        Some(raw) => decode(raw.get()).map_err(|e| e.to_string())?,
+        None => None,
+    };
+    if let Some(entry) = page.entries.iter().find(|e| e.row.is_some_and(|row| !row.get().starts_with('{'))) {
+        return Err(format!("the row of {}/{} is not an object", entry.table, entry.pk));
+    }
+    let head = PageHead {
+        cursor: page.cursor,
+        done: page.done,
+        horizon: page.horizon,
+        lifecycle: None,
+        conflicts,
+        total: page.total,
+        entries: page.entries.len(),
+    };
+    Ok(Pulled::Text(head, text))
+}
+
+/// Decodes a server's answer, numbers as `JSON.parse` reads them.
+pub fn decode<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
+    let mut value: Value = serde_json::from_str(text)?;
+    js_safe_numbers(&mut value);
+    serde_json::from_value(value)
+}
+
+/// A staged row's text as a row, numbers as `JSON.parse` reads them. Through a JSON value, which
+/// the package decodes anyway: a decoder of rows straight from text would be one more in it.
+pub fn staged_row(text: &str) -> Result<Row, String> {
+    match decode(text) {
+        Ok(Value::Object(row)) => Ok(row),
+        Ok(_) => Err("a staged row is not an object".into()),
+        Err(e) => Err(format!("a staged row does not decode: {e}")),
+    }
+}
+
+/// Integers beyond 2^53 (a Postgres bigint, a snowflake id) become the nearest double, as
+/// `JSON.parse` and every other JS client would read them: a JS number cannot hold more, and
+/// IndexedDB and the app only ever see JS numbers.
+/// In place: rebuilding every object of a page of rows cost a first sync more than the change.
+fn js_safe_numbers(value: &mut Value) {
+    const MAX_SAFE: u64 = (1 << 53) - 1;
+    match value {
+        Value::Number(n) if n.as_u64().is_some_and(|u| u > MAX_SAFE) || n.as_i64().is_some_and(|i| i.unsigned_abs() > MAX_SAFE) => {
+            *value = n.as_f64().and_then(serde_json::Number::from_f64).map_or(Value::Null, Value::Number);
+        }
+        Value::Array(items) => items.iter_mut().for_each(js_safe_numbers),
+        Value::Object(map) => map.values_mut().for_each(js_safe_numbers),
+        _ => {}
+    }
+}
