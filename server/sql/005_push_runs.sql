@@ -188,8 +188,11 @@ create or replace function kizuna.deleted_keys(table_name text, keys text[], cli
 language plpgsql stable security definer set search_path = pg_catalog as $$
 begin
   perform kizuna.check_own_client(client);
-  return array(select c.pk from kizuna.changes c where c.tbl = table_name and c.pk = any (keys)
-                group by c.pk having bool_and(c.deleted));
+  -- One index lookup per key, whatever the statistics say. As `c.pk = any (keys)`, a plan made
+  -- while the statistics still counted few rows of the table read all of them for every push
+  -- (a push of 256 writes took 33 ms longer for every 10,000 rows pushed before it).
+  return array(select k from unnest(keys) k
+                where (select bool_and(c.deleted) from kizuna.changes c where c.tbl = table_name and c.pk = k));
 end
 $$;
 
