@@ -126,7 +126,13 @@ drop function if exists kizuna.page_candidates(text[], bigint, boolean, bigint, 
 create or replace function kizuna.page_candidates(buckets text[], horizon bigint, tombstones_after bigint,
                                                   after_seq bigint, after_tbl text, after_pk text,
                                                   after_bucket text, n integer)
-returns setof kizuna.changes language plpgsql stable security definer set search_path = pg_catalog as $$
+returns setof kizuna.changes language plpgsql stable security definer
+set search_path = pg_catalog
+-- Each bucket is read in the index's order and only as far as the page needs. Without bitmap
+-- scans the planner has no cheaper-looking way: while the statistics still counted few rows of a
+-- bucket (a freshly loaded table, before autovacuum analyzed it), it read the whole bucket
+-- through a bitmap and sorted it, for every page.
+set enable_bitmapscan = off as $$
 begin
   -- PL/pgSQL, not SQL: its plan is kept across calls (a SQL function is planned at every call).
   return query
@@ -267,10 +273,13 @@ begin
     -- The keys are cast as one array parameter, not per row in the join: a cast over a column of
     -- the join is not leakproof, so behind the table's security barrier it could not be an index
     -- condition, and each chunk read the whole table under the policy instead.
+    -- One index lookup per key (the subquery's limit keeps it apart from the join): as a join,
+    -- a plan made while the table's statistics counted few rows (before autovacuum analyzed a
+    -- freshly loaded table) read the whole table for every page.
     for live in execute format(
-        'select k.i, to_jsonb(r) as row
+        'select k.i, r.row
            from unnest(cast($1 as %3$s[]), $2::integer[]) as k(pk, i)
-           join %1$s r on r.%2$I = k.pk',
+           cross join lateral (select to_jsonb(r) as row from %1$s r where r.%2$I = k.pk limit 1) r',
         t.rel, t.pk_column, kizuna.column_type(t.rel, t.pk_column))
       using keys, positions loop
       c := candidates[live.i];
