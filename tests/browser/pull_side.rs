@@ -21,6 +21,16 @@ async fn write_rows(user: &str, count: usize) -> Vec<String> {
     ids
 }
 
+/// A `fetch` option that goes through `wrapper` while `on` holds, and is the browser's own after.
+fn fetch_through_while(wrapper: js_sys::Function, on: Rc<Cell<bool>>) -> wasm_bindgen::JsValue {
+    let choose = wasm_bindgen::closure::Closure::<dyn Fn(wasm_bindgen::JsValue, wasm_bindgen::JsValue) -> js_sys::Promise>::new(move |url: wasm_bindgen::JsValue, init: wasm_bindgen::JsValue| {
+        let global = js_sys::global();
+        let f: js_sys::Function = if on.get() { wrapper.clone() } else { Reflect::get(&global, &"fetch".into()).unwrap().into() };
+        f.call2(&global, &url, &init).unwrap().into()
+    });
+    choose.into_js_value()
+}
+
 #[wasm_bindgen_test]
 async fn a_run_cut_off_after_page_two_leaves_store_and_cursor_as_they_were() {
     let user = random_id();
@@ -292,14 +302,8 @@ async fn an_answer_that_is_not_utf8_is_refused_and_changes_nothing() {
            return new Response(bytes, { status: r.status, headers: r.headers });
          })",
     );
-    let choose = wasm_bindgen::closure::Closure::<dyn Fn(wasm_bindgen::JsValue, wasm_bindgen::JsValue) -> js_sys::Promise>::new(move |url: wasm_bindgen::JsValue, init: wasm_bindgen::JsValue| {
-        let global = js_sys::global();
-        let f: js_sys::Function = if c.get() { spoil.clone() } else { Reflect::get(&global, &"fetch".into()).unwrap().into() };
-        f.call2(&global, &url, &init).unwrap().into()
-    });
     let opts = options(&format!("not-utf8-{}", random_id()), &user);
-    Reflect::set(&opts, &"fetch".into(), choose.as_ref()).unwrap();
-    choose.forget();
+    Reflect::set(&opts, &"fetch".into(), &fetch_through_while(spoil, c)).unwrap();
     let client = open(&opts).await;
     let err = call(client.pull()).await.expect_err("the answer is not UTF-8");
     assert_eq!(error_code(&err), "NETWORK");
@@ -334,14 +338,8 @@ async fn a_staged_page_that_is_not_a_page_is_refused_and_changes_nothing() {
                  }})"
             ),
         );
-        let choose = wasm_bindgen::closure::Closure::<dyn Fn(wasm_bindgen::JsValue, wasm_bindgen::JsValue) -> js_sys::Promise>::new(move |url: wasm_bindgen::JsValue, init: wasm_bindgen::JsValue| {
-            let global = js_sys::global();
-            let f: js_sys::Function = if s.get() { edit.clone() } else { Reflect::get(&global, &"fetch".into()).unwrap().into() };
-            f.call2(&global, &url, &init).unwrap().into()
-        });
         let opts = options(&format!("not-a-page-{}", random_id()), &user);
-        Reflect::set(&opts, &"fetch".into(), choose.as_ref()).unwrap();
-        choose.forget();
+        Reflect::set(&opts, &"fetch".into(), &fetch_through_while(edit, s)).unwrap();
         // A row a page: the first page is staged, the second closes the run.
         set(&opts, "pullLimit", json!(1));
         let client = open(&opts).await;

@@ -415,35 +415,17 @@ fn pages_staged_as_text_commit_what_decoded_pages_commit() {
         let mut h = Harness::new(small_pages());
         seed_server(&mut h, 25);
         h.write("todos", "003", Op::Patch, Some(json!({"mine": true})));
-        let mut request = h.engine.poll_pull(h.now).unwrap();
-        loop {
-            let page = h.server.pull(&request);
-            let step = if as_text && (!page.done || closing_as_text) {
-                let head = PageHead::of(&page);
-                let text = serde_json::to_string(&page).unwrap();
-                h.engine.on_pull_page_text(h.now, head, text)
-            } else {
-                h.engine.on_pull_page(h.now, page)
-            };
-            match step {
-                PullStep::Stage { tx, next } => {
-                    if as_text {
-                        assert!(tx.ops.iter().any(|op| matches!(op, StoreOp::PutStagingText { .. })));
-                    }
-                    h.store.apply(tx);
-                    request = next;
-                }
-                PullStep::Commit(plan) => {
-                    h.commit(plan);
-                    break;
-                }
-                PullStep::Abandoned { tx } => {
-                    h.store.apply(tx);
-                    break;
-                }
-                other => panic!("{other:?}"),
+        assert!(h.pull_step_with(|engine, now, page| {
+            if !as_text || (page.done && !closing_as_text) {
+                return engine.on_pull_page(now, page);
             }
-        }
+            let head = PageHead::of(&page);
+            let step = engine.on_pull_page_text(now, head, serde_json::to_string(&page).unwrap());
+            if let PullStep::Stage { tx, .. } = &step {
+                assert!(tx.ops.iter().any(|op| matches!(op, StoreOp::PutStagingText { .. })), "staged as its text");
+            }
+            step
+        }));
         (h.store.rows.clone(), h.engine.checkpoint().clone(), h.events())
     };
     let (decoded_rows, decoded_checkpoint, decoded_events) = run(false, false);

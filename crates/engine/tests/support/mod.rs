@@ -4,7 +4,7 @@
 
 pub mod server;
 
-use kizuna_engine::protocol::{Op, Row};
+use kizuna_engine::protocol::{Op, PullPage, Row};
 use kizuna_engine::{Config, Engine, EngineError, Event, LocalWrite, PullStep};
 pub use server::SimServer;
 pub use kizuna_engine::memory::MemoryStore as SimStore;
@@ -73,10 +73,15 @@ impl Harness {
 
     /// One whole pull run if one is due, the way the adapter commits it. True when a run ran.
     pub fn pull_step(&mut self) -> bool {
+        self.pull_step_with(|engine, now, page| engine.on_pull_page(now, page))
+    }
+
+    /// `pull_step`, each page handed to the engine by `feed`.
+    pub fn pull_step_with(&mut self, mut feed: impl FnMut(&mut Engine, i64, PullPage) -> PullStep) -> bool {
         let Some(mut request) = self.engine.poll_pull(self.now) else { return false };
         loop {
             let page = self.server.pull(&request);
-            match self.engine.on_pull_page(self.now, page) {
+            match feed(&mut self.engine, self.now, page) {
                 PullStep::Stage { tx, next } | PullStep::Restart { tx, next } => {
                     self.store.apply(tx);
                     request = next;
