@@ -225,7 +225,6 @@ declare
   run_op text;
   run_cols text;
   run_positions integer[] := '{}';
-  run_keys text[] := '{}';
   i integer;
   j integer;
 begin
@@ -308,23 +307,21 @@ begin
     if i <= n and e_table[i] = run_table and e_op[i] = run_op and e_cols[i] is not distinct from run_cols
        and not coalesce(e_prev[i] >= run_positions[1], false) then
       run_positions := run_positions || i;
-      run_keys := run_keys || e_key[i];
       continue;
     end if;
     -- The stretch ends here.
     if cardinality(run_positions) > 0 then
       runs := runs || jsonb_build_array(jsonb_build_object('table', run_table, 'op', run_op,
-                                                           'positions', to_jsonb(run_positions), 'keys', to_jsonb(run_keys)));
+                                                           'positions', to_jsonb(run_positions),
+                                                           'keys', to_jsonb(array(select e_key[p.x] from unnest(run_positions) with ordinality p(x, o) order by p.o))));
     end if;
     run_positions := '{}';
-    run_keys := '{}';
     run_table := null;
     if i <= n and e_table[i] is not null then
       run_table := e_table[i];
       run_op := e_op[i];
       run_cols := e_cols[i];
       run_positions := array[i];
-      run_keys := array[e_key[i]];
     end if;
   end loop;
   return runs;
