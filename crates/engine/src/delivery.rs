@@ -126,25 +126,6 @@ impl Engine {
         self.meta.slice_limit.map_or(max, |n| (n as usize).clamp(1, max))
     }
 
-    /// The outbox grouped into delivery units, in issue order (a batch sits at its first member).
-    pub(crate) fn units(&self) -> Vec<Vec<i64>> {
-        let mut units: Vec<Vec<i64>> = Vec::new();
-        let mut batch_at: std::collections::BTreeMap<uuid::Uuid, usize> = std::collections::BTreeMap::new();
-        for entry in self.outbox.values() {
-            match entry.batch {
-                Some(b) => match batch_at.get(&b) {
-                    Some(&i) => units[i].push(entry.seq),
-                    None => {
-                        batch_at.insert(b, units.len());
-                        units.push(vec![entry.seq]);
-                    }
-                },
-                None => units.push(vec![entry.seq]),
-            }
-        }
-        units
-    }
-
     /// Where a delivery unit stands at `now`, by the outbox policy.
     pub(crate) fn unit_state(&self, unit: &[i64], now: Millis) -> UnitState {
         let timings = unit.iter().map(|s| &self.outbox[s]).map(|e| Timing { apply_after: e.apply_after, retry_at: e.retry_at });
@@ -155,10 +136,14 @@ impl Engine {
     /// one unit, so a batch wider than the limit still goes whole), skipping held ones and
     /// stopping at the first blocked one.
     fn next_slice(&self, now: Millis) -> Vec<Vec<i64>> {
-        let units = self.units();
-        let picked = next_slice(units.iter().map(|u| (u.len(), self.unit_state(u, now))), self.slice_limit());
-        let mut units: Vec<Option<Vec<i64>>> = units.into_iter().map(Some).collect();
-        picked.into_iter().filter_map(|i| units[i].take()).collect()
+        let mut read: Vec<Option<Vec<i64>>> = Vec::new();
+        let judged = self.outbox.units().map(|unit| {
+            let judged = (unit.len(), self.unit_state(&unit, now));
+            read.push(Some(unit));
+            judged
+        });
+        let picked = next_slice(judged, self.slice_limit());
+        picked.into_iter().filter_map(|i| read[i].take()).collect()
     }
 }
 

@@ -21,6 +21,6 @@ impl Engine {
 
     /// The earliest time a unit becomes sendable (the outbox policy's `next_send_at`).
     fn next_push_at(&self, now: Millis) -> Option<Millis> {
-        next_send_at(self.units().iter().map(|u| self.unit_state(u, now)), now)
+        next_send_at(self.outbox.units().map(|u| self.unit_state(&u, now)), now)
     }
 }
