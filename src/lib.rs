@@ -12,6 +12,7 @@ mod js;
 mod leader;
 mod options;
 mod pages;
+mod row_reads;
 mod runner;
 mod scheduler;
 mod store;

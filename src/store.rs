@@ -27,6 +27,7 @@ use crate::error::ClientError;
 use crate::indexes::Indexes;
 use crate::js;
 use crate::pages::{PageText, StagedEntry};
+use crate::row_reads::RowReads;
 
 /// The rows, with the tokens of the app's declared equality indexes (schema 2).
 const ROWS: &str = "rows_v2";
@@ -94,7 +95,7 @@ fn staged_row(text: &str) -> Result<kizuna_protocol::Row, ClientError> {
 }
 
 /// An IndexedDB failure, with the browser's words.
-fn failed(e: impl std::fmt::Display) -> ClientError {
+pub(crate) fn failed(e: impl std::fmt::Display) -> ClientError {
     ClientError::new("STORAGE_FAILED", e.to_string())
 }
 
@@ -102,12 +103,12 @@ fn to_js<T: Serialize>(value: &T) -> Result<JsValue, ClientError> {
     js::encode(value).map_err(|e| ClientError::new("STORAGE_FAILED", format!("cannot encode a record: {e}")))
 }
 
-fn from_js<T: DeserializeOwned>(value: JsValue) -> Result<T, ClientError> {
+pub(crate) fn from_js<T: DeserializeOwned>(value: JsValue) -> Result<T, ClientError> {
     js::decode(&value)
         .map_err(|e| ClientError::new("STORAGE_CORRUPT", format!("a stored record does not decode: {e}")))
 }
 
-fn row_key(table: &str, pk: &str) -> JsValue {
+pub(crate) fn row_key(table: &str, pk: &str) -> JsValue {
     Array::of2(&table.into(), &pk.into()).into()
 }
 
@@ -307,9 +308,9 @@ impl Store {
     pub async fn begin_reading(&self, keys: &[RowKey]) -> Result<(WriteTxn<'_>, BTreeMap<RowKey, RowRecord>), ClientError> {
         let tx = self.transaction(TransactionMode::Readwrite)?;
         let stamp = store(&tx, META)?.get(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?;
-        let rows = request_rows(&store(&tx, ROWS)?, keys)?;
+        let rows = RowReads::issue(store(&tx, ROWS)?, keys)?;
         let stamp = present(stamp.await.map_err(failed)?).map(from_js).transpose()?.unwrap_or_default();
-        let rows = rows_found(keys, rows).await?;
+        let rows = rows.found().await?;
         Ok((WriteTxn { store: self, tx, stamp, staging: Default::default() }, rows))
     }
 
@@ -321,7 +322,7 @@ impl Store {
     /// The stored records of `keys` that exist, read in one transaction.
     pub async fn rows(&self, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
         let tx = self.transaction(TransactionMode::Readonly)?;
-        read_rows(&store(&tx, ROWS)?, keys).await
+        RowReads::issue(store(&tx, ROWS)?, keys)?.found().await
     }
 
     /// Drops the record `put_unheard` wrote under `suffix`: its events were told.
@@ -357,7 +358,7 @@ impl WriteTxn<'_> {
 
     /// The stored records of `keys` that exist.
     pub async fn rows(&self, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
-        read_rows(&store(&self.tx, ROWS)?, keys).await
+        RowReads::issue(store(&self.tx, ROWS)?, keys)?.found().await
     }
 
     /// Keeps `events` with the step that commits them, under `unheard:<suffix>`: a page that goes
@@ -494,30 +495,13 @@ async fn load_state(tx: &Transaction<'_>) -> Result<Option<PersistedState>, Clie
     Ok(Some(PersistedState { meta: from_js(meta)?, outbox, dead, rows: Vec::new() }))
 }
 
-/// The records of `keys` that exist. Every request is issued before the first answer is awaited:
-/// IndexedDB runs them back to back, where awaiting each in turn cost a round trip per key (a
-/// database with 10,000 pending writes took seconds to open).
-async fn read_rows(rows: &ObjectStore<'_>, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
-    let requests = request_rows(rows, keys)?;
-    rows_found(keys, requests).await
-}
-
 type RowRequest = indexed_db_futures::future::BasicRequest<Option<JsValue>>;
 
-/// Issues a get for each of `keys`, answered in order.
+/// Issues a get for each of `keys`, answered in order. Every request is issued before the first
+/// answer is awaited: IndexedDB runs them back to back, where awaiting each in turn cost a round
+/// trip per key.
 fn request_rows(rows: &ObjectStore<'_>, keys: &[RowKey]) -> Result<Vec<RowRequest>, ClientError> {
     keys.iter().map(|key| rows.get::<JsValue, _, _>(row_key(&key.table, &key.pk)).primitive().map_err(failed)).collect()
-}
-
-/// The answers to `request_rows`: the records that exist.
-async fn rows_found(keys: &[RowKey], requests: Vec<RowRequest>) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
-    let mut found = BTreeMap::new();
-    for (key, request) in keys.iter().zip(requests) {
-        if let Some(value) = present(request.await.map_err(failed)?) {
-            found.insert(key.clone(), from_js(value)?);
-        }
-    }
-    Ok(found)
 }
 
 fn store<'a>(tx: &'a Transaction<'_>, name: &str) -> Result<ObjectStore<'a>, ClientError> {
@@ -530,7 +514,7 @@ async fn get(store: &ObjectStore<'_>, key: JsValue) -> Result<Option<JsValue>, C
 }
 
 /// A record read back, unless there was none.
-fn present(found: Option<JsValue>) -> Option<JsValue> {
+pub(crate) fn present(found: Option<JsValue>) -> Option<JsValue> {
     found.filter(|v| !v.is_undefined() && !v.is_null())
 }
 

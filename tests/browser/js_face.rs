@@ -165,3 +165,59 @@ async fn two_clients_share_one_database_and_one_leader() {
     first.close();
     second.close();
 }
+
+/// A batch of many keys reads the stored rows it names through a range of keys first
+/// (`src/row_reads.rs`): its patches still assign over every stored row, whether the range holds
+/// few other keys or many (read one by one then), and with keys that UTF-16 and UTF-8 order
+/// differently ("\u{FFFD}" sorts after "😀" in IndexedDB, before it in Rust).
+#[wasm_bindgen_test]
+async fn a_large_batch_patches_the_stored_rows_it_names_and_creates_the_others() {
+    let user = random_id();
+    let name = format!("big-batch-{}", random_id());
+    let writer = open_in_js(&name, &user).await;
+    js_await(&writer, "return client.batch(Array.from({length: 200}, (_, i) => {
+        const pk = 'k' + String(i).padStart(3, '0');
+        return {op: 'upsert', table: 'todos', pk, row: {id: pk, title: 'stored ' + i, position: i}};
+      }).concat(['\u{FFFD}', '\u{1F600}'].map((pk) => ({op: 'upsert', table: 'todos', pk, row: {id: pk, title: 'stored ' + pk}}))))")
+        .await
+        .expect("the stored rows are written");
+    js(&writer, "client.close()");
+    // Reopened, so that the engine holds none of these rows and the batches read them from the store.
+    let client = open_in_js(&name, &user).await;
+    // Close together: every other stored key up to k126, and 16 new keys between them.
+    js_await(&client, "return client.batch(Array.from({length: 64}, (_, i) => 'k' + String(2 * i).padStart(3, '0'))
+        .map((pk) => ({op: 'patch', table: 'todos', pk, columns: {done: true}}))
+        .concat(Array.from({length: 16}, (_, i) => 'k' + String(2 * i).padStart(3, '0') + 'new')
+          .map((pk) => ({op: 'upsert', table: 'todos', pk, row: {id: pk, title: 'new'}}))))")
+        .await
+        .expect("the close batch is written");
+    // Spread: every fifth stored key over all 200, and one new key.
+    js_await(&client, "return client.batch(Array.from({length: 40}, (_, i) => 'k' + String(5 * i + 1).padStart(3, '0'))
+        .map((pk) => ({op: 'patch', table: 'todos', pk, columns: {position: -1}}))
+        .concat([{op: 'upsert', table: 'todos', pk: 'k999new', row: {id: 'k999new', title: 'new'}}]))")
+        .await
+        .expect("the spread batch is written");
+    // The two keys UTF-16 orders apart from Rust, with 30 new keys before both ('z' < both).
+    js_await(&client, "return client.batch(['\u{FFFD}', '\u{1F600}']
+        .map((pk) => ({op: 'patch', table: 'todos', pk, columns: {position: -1}}))
+        .concat(Array.from({length: 30}, (_, i) => 'z' + i + 'new').map((pk) => ({op: 'upsert', table: 'todos', pk, row: {id: pk, title: 'new'}}))))")
+        .await
+        .expect("the batch of keys beyond ASCII is written");
+    let rows = from_js(js_await(&client, "return client.list('todos')").await.unwrap());
+    let rows: std::collections::BTreeMap<String, serde_json::Value> =
+        rows.as_array().unwrap().iter().map(|r| (r["id"].as_str().unwrap_or_default().to_string(), r.clone())).collect();
+    for i in 0..200 {
+        let pk = format!("k{i:03}");
+        let row = rows.get(&pk).unwrap_or_else(|| panic!("{pk} is still there"));
+        assert_eq!(row["title"], format!("stored {i}"), "a patch keeps the columns it does not name: {row}");
+        assert_eq!(row["done"], if i % 2 == 0 && i < 128 { json!(true) } else { json!(null) }, "{row}");
+        assert_eq!(row["position"], if i % 5 == 1 { json!(-1) } else { json!(i) }, "{row}");
+    }
+    for pk in ["\u{FFFD}", "\u{1F600}"] {
+        assert_eq!(rows[pk], json!({"id": pk, "title": format!("stored {pk}"), "position": -1}), "{pk}");
+    }
+    let created: Vec<_> = rows.iter().filter(|(k, r)| k.ends_with("new") && r["title"] == "new").collect();
+    assert_eq!(created.len(), 47, "the keys no stored row had are created: {created:?}");
+    assert_eq!(rows.len(), 249, "nothing else");
+    js(&client, "client.close()");
+}
