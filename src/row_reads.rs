@@ -7,7 +7,7 @@
 //! more. A range that holds more than twice as many keys as the step writes (its keys spread over
 //! a large table) is not read whole: those keys are then read one `get` each, as a small step's are.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use indexed_db_futures::object_store::ObjectStore;
 use indexed_db_futures::prelude::*;
@@ -37,9 +37,13 @@ impl<'a> RowReads<'a> {
     /// Issues the reads of `keys`' records in the `rows` store.
     pub fn issue(rows: ObjectStore<'a>, keys: &[RowKey]) -> Result<RowReads<'a>, ClientError> {
         let mut reads = RowReads { rows, records: Vec::new(), ranges: Vec::new() };
-        let mut by_table: BTreeMap<&str, Vec<RowKey>> = BTreeMap::new();
+        // A step writes to few tables: a list is enough.
+        let mut by_table: Vec<(&str, Vec<RowKey>)> = Vec::new();
         for key in keys {
-            by_table.entry(&key.table).or_default().push(key.clone());
+            match by_table.iter_mut().find(|(table, _)| *table == key.table) {
+                Some((_, group)) => group.push(key.clone()),
+                None => by_table.push((&key.table, vec![key.clone()])),
+            }
         }
         for (table, keys) in by_table {
             if keys.len() < RANGE_READ_MIN {
@@ -47,8 +51,8 @@ impl<'a> RowReads<'a> {
                 continue;
             }
             // IndexedDB orders strings by UTF-16 code units, which is not Rust's order for every string.
-            let utf16 = |k: &&RowKey| k.pk.encode_utf16().collect::<Vec<u16>>();
-            let (Some(lo), Some(hi)) = (keys.iter().min_by_key(utf16), keys.iter().max_by_key(utf16)) else { continue };
+            let utf16 = |a: &&RowKey, b: &&RowKey| a.pk.encode_utf16().cmp(b.pk.encode_utf16());
+            let (Some(lo), Some(hi)) = (keys.iter().min_by(utf16), keys.iter().max_by(utf16)) else { continue };
             let range = web_sys::IdbKeyRange::bound(&row_key(table, &lo.pk), &row_key(table, &hi.pk))
                 .map_err(|e| failed(crate::error::describe(&e)))?;
             let limit = (2 * keys.len() + 1) as u32;
@@ -75,7 +79,7 @@ impl<'a> RowReads<'a> {
                 stored.extend(keys);
                 continue;
             }
-            let pks: HashSet<String> = in_range.iter().filter_map(|k| Array::from(k).get(1).as_string()).collect();
+            let pks: BTreeSet<String> = in_range.iter().filter_map(|k| Array::from(k).get(1).as_string()).collect();
             stored.extend(keys.into_iter().filter(|k| pks.contains(&k.pk)));
         }
         self.request_records(stored)?;
