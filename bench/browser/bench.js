@@ -43,7 +43,8 @@ function rawPut(db, records) {
 // The floor of the client's own design, in raw IndexedDB: the requests a write step makes, with
 // records of the client's shapes. In one transaction over the client's five stores, the `sync`
 // stamp (did another tab commit?) and each written key's row (an upsert assigns the columns it
-// names over the stored row) are read first; then the rows, the outbox entries, the `meta` record
+// names over the stored row; for 32 rows or more, the stored keys in their range, then those rows)
+// are read first; then the rows, the outbox entries, the `meta` record
 // and the stamp are put. The client's ratio to this floor is its own cost; the floor's ratio to
 // rawPut is what reading before writing costs.
 const STORES = ["rows", "outbox", "meta", "dead", "staging"];
@@ -59,7 +60,15 @@ const asked = (req) => new Promise((resolve, reject) => { req.onsuccess = () => 
 async function floorWrite(db, records, version) {
   const tx = db.transaction(STORES, "readwrite");
   const rows = tx.objectStore("rows"), meta = tx.objectStore("meta");
-  await Promise.all([asked(meta.get("sync")), ...records.map(([, r]) => asked(rows.get(["todos", r.id])))]);
+  // As the client reads (src/row_reads.rs): 32 rows or more, the stored keys in their range first.
+  if (records.length >= 32) {
+    const ids = records.map(([, r]) => r.id).sort();
+    const [, stored] = await Promise.all([asked(meta.get("sync")),
+      asked(rows.getAllKeys(IDBKeyRange.bound(["todos", ids[0]], ["todos", ids[ids.length - 1]]), 2 * ids.length + 1))]);
+    await Promise.all(stored.map((key) => asked(rows.get(key))));
+  } else {
+    await Promise.all([asked(meta.get("sync")), ...records.map(([, r]) => asked(rows.get(["todos", r.id])))]);
+  }
   const hlc = `${Date.now()}-0000-00000000-0000-4000-8000-000000000000`;
   for (const [i, r] of records) {
     rows.put({ table: "todos", pk: r.id, bucket: null, base: null, visible: r }, ["todos", r.id]);
