@@ -16,19 +16,18 @@ use kizuna_engine::{RowKey, RowRecord};
 use wasm_bindgen::prelude::*;
 
 use crate::error::ClientError;
-use crate::store::{failed, from_js, present, row_key};
+use crate::store::{failed, from_js, present, request_rows, row_key, RowRequest};
 
 /// The fewest keys of one table a step writes for them to be asked for as a range first.
 const RANGE_READ_MIN: usize = 32;
 
-type RecordRequest = indexed_db_futures::future::BasicRequest<Option<JsValue>>;
 type KeysRequest = indexed_db_futures::future::GetAllPrimitiveRequest<JsValue>;
 
 /// Reads issued and not yet awaited: every request goes before the first answer is awaited, so
 /// the reads share one round trip with whatever the caller issued beside them.
 pub struct RowReads<'a> {
     rows: ObjectStore<'a>,
-    records: Vec<(RowKey, RecordRequest)>,
+    records: Vec<(RowKey, RowRequest)>,
     /// A table's keys written, with the request for the stored keys in their range.
     ranges: Vec<(Vec<RowKey>, KeysRequest)>,
 }
@@ -63,10 +62,8 @@ impl<'a> RowReads<'a> {
     }
 
     fn request_records(&mut self, keys: Vec<RowKey>) -> Result<(), ClientError> {
-        for key in keys {
-            let request = self.rows.get::<JsValue, _, _>(row_key(&key.table, &key.pk)).primitive().map_err(failed)?;
-            self.records.push((key, request));
-        }
+        let requests = request_rows(&self.rows, &keys)?;
+        self.records.extend(keys.into_iter().zip(requests));
         Ok(())
     }
 

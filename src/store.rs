@@ -495,12 +495,12 @@ async fn load_state(tx: &Transaction<'_>) -> Result<Option<PersistedState>, Clie
     Ok(Some(PersistedState { meta: from_js(meta)?, outbox, dead, rows: Vec::new() }))
 }
 
-type RowRequest = indexed_db_futures::future::BasicRequest<Option<JsValue>>;
+pub(crate) type RowRequest = indexed_db_futures::future::BasicRequest<Option<JsValue>>;
 
 /// Issues a get for each of `keys`, answered in order. Every request is issued before the first
 /// answer is awaited: IndexedDB runs them back to back, where awaiting each in turn cost a round
 /// trip per key.
-fn request_rows(rows: &ObjectStore<'_>, keys: &[RowKey]) -> Result<Vec<RowRequest>, ClientError> {
+pub(crate) fn request_rows(rows: &ObjectStore<'_>, keys: &[RowKey]) -> Result<Vec<RowRequest>, ClientError> {
     keys.iter().map(|key| rows.get::<JsValue, _, _>(row_key(&key.table, &key.pk)).primitive().map_err(failed)).collect()
 }
 
