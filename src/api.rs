@@ -7,9 +7,9 @@ use std::rc::Rc;
 
 use futures_util::lock::Mutex;
 use js_sys::{Function, Promise, Reflect};
-use kizuna_engine::{Engine, LocalWrite};
+use kizuna_engine::{Engine, LocalWrite, RowKey};
 use kizuna_protocol::{Op, Row};
-use serde_json::{json, Value};
+use serde_json::json;
 use uuid::Uuid;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -234,8 +234,9 @@ impl KizunaClient {
                pk: JsValue) -> Promise {
         let args = values::text(&table, "table").and_then(|t| Ok((t, values::text(&pk, "pk")?)));
         self.run_checked(args, |(table, pk), inner| async move {
-            let record = inner.store.get_row(&table, &pk).await?;
-            Ok(record.and_then(|r| r.visible).map(|row| to_js(&Value::Object(row))).unwrap_or(JsValue::NULL))
+            // As `list` and `query` hand rows back: the stored record as the browser read it.
+            let records = inner.store.records(&[RowKey::new(table, pk)]).await?;
+            Ok(records.first().and_then(watch::visible_row).unwrap_or(JsValue::NULL))
         })
     }
 

@@ -1,24 +1,24 @@
-//! Pull pages as the client reads them. A page before the closing one is read for its head alone,
-//! its rows left as text, and staged as the text it came in: decoding every row into wasm memory
-//! only to encode it again for staging was most of what a first sync's pages phase spent in wasm.
-//! The closing page, whose entries the commit plan reads, is decoded whole. Numbers are read as
-//! `JSON.parse` reads them (`js_safe_numbers`), decoded or staged.
+//! Pull pages as the client reads them: every page is read for its head alone, its rows left as
+//! text. A page before the closing one is staged as the text it came in, and the closing page's
+//! text goes to the commit plan, which places its entries as a staged page's: a row no write of
+//! ours touches is stored as the server sent it (one `JSON.parse`), never decoded into wasm
+//! memory, on whichever page it came. Decoding every row only to encode it again was most of what
+//! a first sync's pages phase spent in wasm, and every incremental pull decoded its one page
+//! twice. Numbers are read as `JSON.parse` reads them (`js_safe_numbers` for the rows decoded).
 
 use std::borrow::Cow;
 
 use kizuna_engine::PageHead;
-use kizuna_protocol::{Conflict, PullPage, Row};
+use kizuna_protocol::{Conflict, Lifecycle, Row};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-/// A pulled page, as the engine takes it.
-pub enum Pulled {
-    /// A page before the closing one: its head, and its text to stage.
-    Text(PageHead, String),
-    /// The closing page, or a lifecycle signal.
-    Decoded(PullPage),
+/// A pulled page, as the engine takes it (`Engine::on_pull_page_text`): its head, and its text.
+pub struct Pulled {
+    pub head: PageHead,
+    pub text: String,
 }
 
 /// A page's JSON with its entries' rows left as text: how an answer is read before it is staged,
@@ -28,8 +28,8 @@ pub struct PageText<'a> {
     cursor: String,
     done: bool,
     horizon: i64,
-    // Both left as text: a page that holds a lifecycle signal is decoded whole, and conflicts go
-    // through the decoder the whole pages use (one more decoder of each would be package size).
+    // Both left as text and decoded through a JSON value, as the client's other answers are (one
+    // more decoder of each would be package size).
     #[serde(borrow, default)]
     lifecycle: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -57,14 +57,15 @@ pub struct StagedEntry<'a> {
     pub deleted: bool,
 }
 
-/// Reads a pull answer: a page to stage as its text, or a closing page (or lifecycle signal)
-/// decoded. Whatever would not decode as a `PullPage` is refused here, as it was when every page
-/// was decoded, so a bad page is never staged.
+/// Reads a pull answer: its head, and its text for the engine. A page whose head or entries'
+/// names would not decode as a `PullPage`'s, or whose rows are not objects, is refused here, so a
+/// bad page is never staged or committed.
 pub fn read_page(text: String) -> Result<Pulled, String> {
     let page: PageText<'_> = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-    if page.done || page.lifecycle.is_some() {
-        return decode(&text).map(Pulled::Decoded).map_err(|e| e.to_string());
-    }
+    let lifecycle: Option<Lifecycle> = match page.lifecycle {
+        Some(raw) => decode(raw.get()).map_err(|e| e.to_string())?,
+        None => None,
+    };
     let conflicts: Option<Vec<Conflict>> = match page.conflicts {
         Some(raw) => decode(raw.get()).map_err(|e| e.to_string())?,
         None => None,
@@ -76,12 +77,12 @@ pub fn read_page(text: String) -> Result<Pulled, String> {
         cursor: page.cursor,
         done: page.done,
         horizon: page.horizon,
-        lifecycle: None,
+        lifecycle,
         conflicts,
         total: page.total,
         entries: page.entries.len(),
     };
-    Ok(Pulled::Text(head, text))
+    Ok(Pulled { head, text })
 }
 
 /// Decodes a server's answer, numbers as `JSON.parse` reads them.

@@ -456,10 +456,7 @@ impl Inner {
     /// transaction stays open across a network wait.
     async fn feed_page(&self, page: Pulled) -> Result<Flow, ClientError> {
         let txn = self.begin(true).await?;
-        let step = match page {
-            Pulled::Text(head, text) => self.engine.borrow_mut().on_pull_page_text(now(), head, text),
-            Pulled::Decoded(page) => self.engine.borrow_mut().on_pull_page(now(), page),
-        };
+        let step = self.engine.borrow_mut().on_pull_page_text(now(), page.head, page.text);
         let planned = match step {
             PullStep::Stage { tx, next } | PullStep::Restart { tx, next } => Ok((tx, Err(next))),
             PullStep::Abandoned { tx } => Ok((tx, Ok(Flow::Abandoned))),
@@ -487,7 +484,7 @@ impl Inner {
     }
 
     /// Writes a closing run into `txn`: the staged pages read back one at a time, then the closing
-    /// page, the checkpoint and the staging cleanup from the plan.
+    /// page's entries the same way, then the checkpoint and the staging cleanup from the plan.
     async fn write_run(&self, txn: &WriteTxn<'_>, mut plan: CommitPlan) -> Result<Transaction, ClientError> {
         if plan.rehydrate() {
             // The rows of pending writes are kept through the rehydrate: read them before they go.
@@ -498,6 +495,9 @@ impl Inner {
         }
         for page_no in 0..plan.staged_pages() {
             txn.write_staged(&mut plan, page_no).await?;
+        }
+        if let Some(text) = plan.take_closing_text() {
+            txn.write_page(&mut plan, &text)?;
         }
         Ok(plan.finish(&mut self.engine.borrow_mut(), now()))
     }

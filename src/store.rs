@@ -314,11 +314,6 @@ impl Store {
         Ok((WriteTxn { store: self, tx, stamp, staging: Default::default() }, rows))
     }
 
-    pub async fn get_row(&self, table: &str, pk: &str) -> Result<Option<RowRecord>, ClientError> {
-        let tx = self.transaction(TransactionMode::Readonly)?;
-        get(&store(&tx, ROWS)?, row_key(table, pk)).await?.map(from_js).transpose()
-    }
-
     /// The stored records of `keys` that exist, read in one transaction.
     pub async fn rows(&self, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
         let tx = self.transaction(TransactionMode::Readonly)?;
@@ -378,10 +373,8 @@ impl WriteTxn<'_> {
         take_unheard(&self.tx).await
     }
 
-    /// Writes page `page_no` of the pull run in progress, as staged, into this transaction. Rows
-    /// of keys no write of ours touches go as their staged text, in a record put together around
-    /// it (`StagedEntry`): decoding each row into wasm memory and encoding it again was most of
-    /// what a first sync's closing transaction spent in wasm. The others go through the plan.
+    /// Writes page `page_no` of the pull run in progress, as staged, into this transaction
+    /// (`write_page`).
     pub async fn write_staged(&self, plan: &mut CommitPlan, page_no: u32) -> Result<(), ClientError> {
         let kept = self.store.staged.borrow().pages.get(&page_no).map(|(text, _)| text.clone());
         let page = match kept {
@@ -393,8 +386,17 @@ impl WriteTxn<'_> {
             // Staged by an earlier version, as an object.
             None => js_sys::JSON::stringify(&page).map(String::from).unwrap_or_default(),
         };
+        self.write_page(plan, &text)
+    }
+
+    /// Writes the entries of one page of the committing run, held as its text, into this
+    /// transaction. Rows of keys no write of ours touches go as their text, in a record put
+    /// together around it (`StagedEntry`): decoding each row into wasm memory and encoding it
+    /// again was most of what a first sync's closing transaction spent in wasm. The others go
+    /// through the plan.
+    pub fn write_page(&self, plan: &mut CommitPlan, text: &str) -> Result<(), ClientError> {
         let corrupt = |e: serde_json::Error| ClientError::new("STORAGE_CORRUPT", format!("a staged page does not decode: {e}"));
-        let staged: PageText<'_> = serde_json::from_str(&text).map_err(corrupt)?;
+        let staged: PageText<'_> = serde_json::from_str(text).map_err(corrupt)?;
         let rows = store(&self.tx, ROWS)?;
         for StagedEntry { seq, table, pk, bucket, row, deleted } in staged.entries {
             match (plan.place(seq, &table, &pk, deleted), row) {

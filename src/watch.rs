@@ -146,6 +146,14 @@ impl Filter {
     }
 }
 
+/// The row the app sees in a stored `record`, as the browser read it: its `visible`, or its `base`
+/// when the record leaves `visible` out; `None` for a row deleted here.
+pub(crate) fn visible_row(record: &JsValue) -> Option<JsValue> {
+    let has_visible = Reflect::has(record, &JsValue::from_str("visible")).unwrap_or(false);
+    let row = field(record, if has_visible { "visible" } else { "base" });
+    (!row.is_null() && !row.is_undefined()).then_some(row)
+}
+
 fn field(record: &JsValue, name: &str) -> JsValue {
     Reflect::get(record, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED)
 }
@@ -171,14 +179,9 @@ impl Conditions {
         Conditions { tests }
     }
 
-    /// The row the app sees in a stored `record` (its `visible`, or its `base` when the record
-    /// leaves `visible` out), when it meets every condition.
+    /// The row the app sees in a stored `record`, when it meets every condition.
     fn admit(&self, record: &JsValue) -> Option<JsValue> {
-        let has_visible = Reflect::has(record, &JsValue::from_str("visible")).unwrap_or(false);
-        let row = field(record, if has_visible { "visible" } else { "base" });
-        if row.is_null() || row.is_undefined() {
-            return None;
-        }
+        let row = visible_row(record)?;
         let meets = self.tests.iter().all(|(column, test)| {
             let got = Reflect::get(&row, column).unwrap_or(JsValue::UNDEFINED);
             match test {

@@ -227,6 +227,43 @@ async fn integers_beyond_two_to_the_53_arrive_as_json_parse_reads_them() {
     client.close();
 }
 
+/// A number beyond what a double holds (a PostgreSQL `numeric` of 10^400) arrives as `JSON.parse`
+/// reads it, on whichever page of a run its row comes, closing page included, and stalls nothing:
+/// the run commits and the next one brings the next row. The answer is rewritten on its way in, as
+/// above.
+#[wasm_bindgen_test]
+async fn numbers_beyond_a_double_arrive_as_json_parse_reads_them_on_every_page() {
+    let user = random_id();
+    let ids = write_rows(&user, 3).await;
+    let rewrite = js_sys::Function::new_with_args(
+        "url, init",
+        "return fetch(url, init).then(async (r) => {
+           if (!String(url).endsWith('kizuna_pull')) return r;
+           const text = (await r.text()).replace(/\"title\": \"[^\"]*\"/g, '\"title\": 1e400, \"low\": [-1e400]');
+           return new Response(text, { status: r.status, headers: r.headers });
+         })",
+    );
+    let opts = options(&format!("huge-numbers-{}", random_id()), &user);
+    Reflect::set(&opts, &"fetch".into(), &rewrite).unwrap();
+    // A row a page: the first two are staged, the third comes on the closing page.
+    set(&opts, "pullLimit", json!(1));
+    let client = open(&opts).await;
+    ok(client.pull()).await;
+    let number = |row: &wasm_bindgen::JsValue, path: &[&str]| {
+        path.iter().fold(row.clone(), |v, k| Reflect::get(&v, &(*k).into()).unwrap()).as_f64()
+    };
+    for id in &ids {
+        let row = call(client.get("todos".into(), id.clone().into())).await.unwrap();
+        assert_eq!(number(&row, &["title"]), Some(f64::INFINITY), "{id}");
+        assert_eq!(number(&row, &["low", "0"]), Some(f64::NEG_INFINITY), "{id}");
+    }
+    let later = write_rows(&user, 1).await;
+    ok(client.pull()).await;
+    let row = call(client.get("todos".into(), later[0].clone().into())).await.unwrap();
+    assert_eq!(number(&row, &["title"]), Some(f64::INFINITY), "the next run lands too");
+    client.close();
+}
+
 /// A run of many pages commits its staged rows as the closing page's: a key with a pending edit
 /// keeps the edit over the server's row, the declared index finds staged rows as a scan does, and
 /// a later run's staged tombstones remove their rows.

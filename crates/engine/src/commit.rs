@@ -10,6 +10,9 @@
 //! for page_no in 0..plan.staged_pages() {          // read back from `staging`
 //!     for entry in page.entries { if let Some(op) = plan.materialize(entry) { apply op } }
 //! }
+//! if let Some(text) = plan.take_closing_text() {   // a closing page handed over as text
+//!     for entry in page(text).entries { ...as a staged page's... }
+//! }
 //! apply plan.finish(&mut engine, now)              // same IndexedDB transaction
 //! ```
 //! Make no other engine call between `on_pull_page` returning `Commit` and `finish`; if the
@@ -17,7 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kizuna_protocol::{Entry, Lifecycle, PullPage};
+use kizuna_protocol::{Entry, Lifecycle};
 
 use crate::engine::Engine;
 use crate::pull::PullRun;
@@ -29,7 +32,13 @@ use crate::transaction::{ChangeOrigin, Event, StoreOp, Transaction};
 #[derive(Debug)]
 pub struct CommitPlan {
     run: PullRun,
-    final_page: PullPage,
+    /// The closing page's cursor and horizon, which become the checkpoint's.
+    cursor: String,
+    horizon: i64,
+    /// The closing page's entries, when it came decoded (`finish` materializes them)...
+    final_entries: Vec<Entry>,
+    /// ...or its text, when it came as text: the adapter places its entries as a staged page's.
+    closing_text: Option<String>,
     /// Pending entries by key, in seq order, as of the closing page.
     pending: BTreeMap<RowKey, Vec<OutboxEntry>>,
     /// Keys with a pending entry or a dead letter: their new records update the engine's mirror.
@@ -45,6 +54,12 @@ pub struct CommitPlan {
     /// tombstone only says the row left the old bucket, so after the live entry it must not delete
     /// the row. Remembering one key keeps a run's memory bounded, whatever one commit held.
     last_live: Option<(i64, RowKey)>,
+}
+
+/// The closing page's entries as the engine took them.
+pub(crate) enum ClosingEntries {
+    Decoded(Vec<Entry>),
+    Text(String),
 }
 
 /// What a staged entry becomes (`CommitPlan::place`).
@@ -74,16 +89,23 @@ impl CommitPlan {
         }
     }
 
-    pub(crate) fn new(engine: &Engine, run: PullRun, final_page: PullPage) -> CommitPlan {
+    pub(crate) fn new(engine: &Engine, run: PullRun, cursor: String, horizon: i64, closing: ClosingEntries) -> CommitPlan {
         let mut pending: BTreeMap<RowKey, Vec<OutboxEntry>> = BTreeMap::new();
         for entry in engine.outbox.values() {
             pending.entry(entry.key()).or_default().push(entry.clone());
         }
         let tracked =
             pending.keys().cloned().chain(engine.dead.iter().map(|d| d.entry.key())).collect::<BTreeSet<_>>();
+        let (final_entries, closing_text) = match closing {
+            ClosingEntries::Decoded(entries) => (entries, None),
+            ClosingEntries::Text(text) => (Vec::new(), Some(text)),
+        };
         CommitPlan {
             run,
-            final_page,
+            cursor,
+            horizon,
+            final_entries,
+            closing_text,
             pending,
             tracked,
             tracked_records: BTreeMap::new(),
@@ -109,14 +131,23 @@ impl CommitPlan {
     }
 
     /// How many pages sit in `staging` for this run (`page_no` 0 to this, exclusive). The
-    /// closing page is not among them: `finish` materializes it.
+    /// closing page is not among them: `finish` materializes it, or, handed over as text, the
+    /// adapter places it after them (`take_closing_text`).
     pub fn staged_pages(&self) -> u32 {
         self.run.pages - 1
     }
 
+    /// The closing page's text, when it was handed over as text (`Engine::on_pull_page_text`):
+    /// the adapter places its entries exactly as a staged page's (`place`, `materialize`), after
+    /// the staged pages and before `finish`. A row no write of ours touches is then stored as it
+    /// came, never decoded into memory, whichever page of the run brought it.
+    pub fn take_closing_text(&mut self) -> Option<String> {
+        self.closing_text.take()
+    }
+
     /// The run's horizon, which becomes the checkpoint's.
     pub fn horizon(&self) -> i64 {
-        self.final_page.horizon
+        self.horizon
     }
 
     /// The store op for one delivered entry, in delivery order: `PutRow` with the server row as
@@ -176,8 +207,8 @@ impl CommitPlan {
     /// `Conflicts`, `Checkpoint`, `Rehydrated`.
     pub fn finish(mut self, engine: &mut Engine, now: Millis) -> Transaction {
         let mut tx = Transaction::default();
-        let final_entries = std::mem::take(&mut self.final_page.entries);
-        for entry in final_entries {
+        debug_assert!(self.closing_text.is_none(), "the closing page's text was never placed");
+        for entry in std::mem::take(&mut self.final_entries) {
             tx.ops.extend(self.materialize(entry));
         }
 
@@ -207,8 +238,8 @@ impl CommitPlan {
             }
         }
 
-        let horizon = self.final_page.horizon;
-        let cursor = self.final_page.cursor.clone();
+        let horizon = self.horizon;
+        let cursor = self.cursor.clone();
         let rehydrated = self.run.rehydrate.is_some() || self.run.buckets_changed;
         engine.meta.checkpoint =
             Checkpoint { cursor: Some(cursor.clone()), horizon, committed_at: Some(now), buckets: Some(engine.bucket_set()) };

@@ -18,7 +18,8 @@
 //! * Push: [`Engine::poll_push`] → persist its transaction → send → [`Engine::on_push_response`]
 //!   or [`Engine::on_push_failure`] → persist. Call `poll_push` again right away: after a
 //!   narrowing it returns the narrower slice at once.
-//! * Pull: [`Engine::poll_pull`] → send → [`Engine::on_pull_page`] → follow the [`PullStep`]
+//! * Pull: [`Engine::poll_pull`] → send → [`Engine::on_pull_page`] (or
+//!   [`Engine::on_pull_page_text`], the page's rows left as text) → follow the [`PullStep`]
 //!   until `Commit`, then run the [`CommitPlan`] (see `commit.rs`).
 //! * Timers: sleep until [`Engine::next_wake`], or until a response, a wake-up or a write.
 //! * Apply transactions in the order they were returned, and serialize engine calls with

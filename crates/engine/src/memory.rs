@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use kizuna_protocol::PullPage;
+use kizuna_protocol::{Entry, PullPage};
 
 use crate::commit::{CommitPlan, Placement};
 use crate::engine::Engine;
@@ -114,27 +114,36 @@ impl MemoryStore {
         }
         for page_no in 0..plan.staged_pages() {
             let page = self.staging[&page_no].clone();
-            for entry in page.entries {
-                // As the adapter does: a key no write of ours touches takes the row as delivered.
-                let op = match plan.place(entry.seq, &entry.table, &entry.pk, entry.deleted) {
-                    Placement::Replay => plan.materialize(entry),
-                    Placement::Skip => None,
-                    Placement::Delete => Some(StoreOp::DeleteRow(RowKey::new(entry.table, entry.pk))),
-                    Placement::ServerRow => Some(row_op(RowRecord {
-                        table: entry.table,
-                        pk: entry.pk,
-                        bucket: Some(entry.bucket),
-                        base: entry.row.clone(),
-                        visible: entry.row,
-                    })),
-                };
-                if let Some(op) = op {
-                    self.apply_op(op);
-                }
-            }
+            self.place_entries(&mut plan, page.entries);
+        }
+        if let Some(text) = plan.take_closing_text() {
+            let page: PullPage = serde_json::from_str(&text).expect("a closing page's text is a page");
+            self.place_entries(&mut plan, page.entries);
         }
         let tx = plan.finish(engine, now);
         self.apply(tx);
+    }
+
+    /// A page's entries as the adapter writes a page it holds as text: a key no write of ours
+    /// touches takes the row as delivered; the others go through the plan.
+    fn place_entries(&mut self, plan: &mut CommitPlan, entries: Vec<Entry>) {
+        for entry in entries {
+            let op = match plan.place(entry.seq, &entry.table, &entry.pk, entry.deleted) {
+                Placement::Replay => plan.materialize(entry),
+                Placement::Skip => None,
+                Placement::Delete => Some(StoreOp::DeleteRow(RowKey::new(entry.table, entry.pk))),
+                Placement::ServerRow => Some(row_op(RowRecord {
+                    table: entry.table,
+                    pk: entry.pk,
+                    bucket: Some(entry.bucket),
+                    base: entry.row.clone(),
+                    visible: entry.row,
+                })),
+            };
+            if let Some(op) = op {
+                self.apply_op(op);
+            }
+        }
     }
 
     /// The stored records of `keys` that exist: what a step that may touch them reads.

@@ -15,7 +15,7 @@
 use kizuna_protocol::{Conflict, ErrorClass, Lifecycle, PROTOCOL_VERSION, PullPage, PullRequest};
 
 use crate::backoff;
-use crate::commit::CommitPlan;
+use crate::commit::{ClosingEntries, CommitPlan};
 use crate::engine::Engine;
 use crate::inputs::Failure;
 use crate::records::Millis;
@@ -189,11 +189,11 @@ impl Engine {
         self.take_page(now, head, PageBody::Decoded(page))
     }
 
-    /// Handles a page before the closing one whose entries are left as the JSON text the page came
-    /// in: the browser adapter stages an answer as it came, where decoding every row only to encode
-    /// it again was most of what a first sync's pages phase spent in wasm. A closing page or a
-    /// lifecycle signal must come through `on_pull_page`, since the commit plan reads its entries;
-    /// handed over as text, it abandons the run.
+    /// Handles a page whose entries are left as the JSON text the page came in (`head` is the rest
+    /// of it): the browser adapter stages an answer as it came, where decoding every row only to
+    /// encode it again was most of what a first sync's pages phase spent in wasm. A closing page's
+    /// text goes to the commit plan, whose adapter places its entries as a staged page's
+    /// (`CommitPlan::take_closing_text`); a lifecycle signal is read from `head` alone.
     pub fn on_pull_page_text(&mut self, now: Millis, head: PageHead, text: String) -> PullStep {
         self.take_page(now, head, PageBody::Text(text))
     }
@@ -202,10 +202,6 @@ impl Engine {
         let Some(run) = self.pull.run.as_mut().filter(|r| !r.committing) else {
             return PullStep::Abandoned { tx: Transaction::default() };
         };
-        if matches!(body, PageBody::Text(_)) && (head.done || head.lifecycle.is_some()) {
-            let message = "a closing page or a lifecycle signal was handed over undecoded";
-            return PullStep::Abandoned { tx: self.abandon_run(now, "PULL_PAGE_UNDECODED", message, true) };
-        }
         if let Some(signal) = head.lifecycle {
             if run.from_null {
                 // A run from null cannot expire; the server is confused. Back off, do not loop.
@@ -249,12 +245,16 @@ impl Engine {
         }
         run.horizon = Some(head.horizon);
         run.conflicts.extend(head.conflicts.into_iter().flatten());
+        if head.done {
+            run.committing = true;
+            let run = run.clone();
+            let closing = match body {
+                PageBody::Decoded(page) => ClosingEntries::Decoded(page.entries),
+                PageBody::Text(text) => ClosingEntries::Text(text),
+            };
+            return PullStep::Commit(CommitPlan::new(self, run, head.cursor, head.horizon, closing));
+        }
         let staged = match body {
-            PageBody::Decoded(page) if page.done => {
-                run.committing = true;
-                let run = run.clone();
-                return PullStep::Commit(CommitPlan::new(self, run, page));
-            }
             PageBody::Decoded(page) => StoreOp::PutStaging { page_no, page },
             PageBody::Text(text) => StoreOp::PutStagingText { page_no, text },
         };
