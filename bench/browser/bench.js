@@ -72,9 +72,9 @@ async function floorWrite(db, records, version) {
   const hlc = `${Date.now()}-0000-00000000-0000-4000-8000-000000000000`;
   for (const [i, r] of records) {
     rows.put({ table: "todos", pk: r.id, bucket: null, base: null, visible: r }, ["todos", r.id]);
+    // As the client stores a fresh entry: the fields that hold their defaults left out.
     tx.objectStore("outbox").put({ seq: i, id: crypto.randomUUID(), table: "todos", pk: r.id, op: "upsert", columns: r, hlc, read_seq: 0,
-      batch: null, apply_after: null, latest_only: false, created_at: Date.now(), sent: false, attempts: 0, permanent_failures: 0,
-      retry_at: null, last_error: null }, i);
+      created_at: Date.now() }, i);
   }
   meta.put({ client_id: "00000000-0000-4000-8000-000000000000", next_seq: records.length + 1,
     checkpoint: { cursor: null, horizon: 0, committed_at: null, buckets: null },

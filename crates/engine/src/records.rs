@@ -125,26 +125,41 @@ pub struct OutboxEntry {
     /// The committed checkpoint's horizon when the write was made (writes follow reads).
     pub read_seq: i64,
     /// Members of one atomic group share it; the server applies them all or none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<Uuid>,
     /// Delay window: not sent before this time, and the server answers `DELAYED` until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apply_after: Option<Millis>,
     /// Whether a newer write to the same key may replace this one while it is unsent.
+    #[serde(default, skip_serializing_if = "is_default")]
     pub latest_only: bool,
     /// When the app made the write.
     pub created_at: Millis,
     /// Set when the entry first goes on the wire. Once true it is never coalesced away: the
     /// server may already have applied it, so only its own verdict may retire it.
+    #[serde(default, skip_serializing_if = "is_default")]
     pub sent: bool,
     /// Delivery attempts: requests that carried this entry. A `DELAYED` answer refunds its
     /// attempt, because the server judged the write and found it early, not faulty.
+    #[serde(default, skip_serializing_if = "is_default")]
     pub attempts: u32,
     /// The dead-letter budget used: consecutive permanent refusals charged to this entry's
     /// delivery unit (a lone write or one atomic batch). Never charged for a wider slice.
+    #[serde(default, skip_serializing_if = "is_default")]
     pub permanent_failures: u32,
     /// Not sent again before this time (backoff after a failure, or a `DELAYED` answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<Millis>,
     /// The last failure this entry met, as `CODE: message`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+}
+
+/// Stored and sent between tabs, an entry leaves out the fields that still hold their defaults
+/// (a fresh write: no batch, no window, never sent): each is one more property for IndexedDB to
+/// clone on every write, and read back, a missing field is its default again.
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 impl OutboxEntry {
@@ -248,8 +263,8 @@ impl PersistedState {
 }
 
 #[cfg(test)]
-mod stored_rows {
-    use super::RowRecord;
+mod stored_records {
+    use super::{OutboxEntry, RowRecord};
     use serde_json::json;
 
     fn record(base: serde_json::Value, visible: serde_json::Value) -> RowRecord {
@@ -277,6 +292,22 @@ mod stored_rows {
             assert!(stored.get("visible").is_some(), "{stored}");
             assert_eq!(serde_json::from_value::<RowRecord>(stored).unwrap(), r);
         }
+    }
+
+    #[test]
+    fn a_fresh_outbox_entry_is_stored_without_its_defaults_and_an_earlier_versions_reads_the_same() {
+        let fresh = json!({"seq": 7, "id": "00000000-0000-4000-8000-000000000007", "table": "t", "pk": "1", "op": "upsert",
+                           "columns": {"a": 1}, "hlc": "0001-0000-x", "read_seq": 3, "created_at": 5});
+        let entry: OutboxEntry = serde_json::from_value(fresh.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&entry).unwrap(), fresh, "no default is stored");
+        let mut earlier = fresh.clone();
+        for (field, default) in [("batch", json!(null)), ("apply_after", json!(null)), ("latest_only", json!(false)), ("sent", json!(false)),
+                                 ("attempts", json!(0)), ("permanent_failures", json!(0)), ("retry_at", json!(null)), ("last_error", json!(null))] {
+            earlier[field] = default;
+        }
+        assert_eq!(serde_json::from_value::<OutboxEntry>(earlier).unwrap(), entry);
+        let sent = OutboxEntry { sent: true, attempts: 2, retry_at: Some(9), last_error: Some("E: m".into()), ..entry };
+        assert_eq!(serde_json::from_value::<OutboxEntry>(serde_json::to_value(&sent).unwrap()).unwrap(), sent);
     }
 
     #[test]
