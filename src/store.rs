@@ -605,7 +605,8 @@ fn apply(txn: &WriteTxn<'_>, ops: &[StoreOp]) -> Result<(), ClientError> {
 }
 
 /// The records of a step's puts (`PutRow`, `PutOutbox`, `PutDead`, `PutMeta`), in the order of its
-/// ops, as JS objects made by one `JSON.parse` of one array.
+/// ops, as JS objects made by one `JSON.parse` of one array. `apply` takes one for each of exactly
+/// these ops, in the same order: the two matches must name the same four.
 struct StepRecords {
     parsed: Array,
     taken: u32,

@@ -35,10 +35,9 @@ pub struct CommitPlan {
     /// The closing page's cursor and horizon, which become the checkpoint's.
     cursor: String,
     horizon: i64,
-    /// The closing page's entries, when it came decoded (`finish` materializes them)...
-    final_entries: Vec<Entry>,
-    /// ...or its text, when it came as text: the adapter places its entries as a staged page's.
-    closing_text: Option<String>,
+    /// The closing page's entries: decoded (`finish` materializes them), or its text (the adapter
+    /// places them as a staged page's, `take_closing_text`).
+    closing: ClosingEntries,
     /// Pending entries by key, in seq order, as of the closing page.
     pending: BTreeMap<RowKey, Vec<OutboxEntry>>,
     /// Keys with a pending entry or a dead letter: their new records update the engine's mirror.
@@ -57,6 +56,7 @@ pub struct CommitPlan {
 }
 
 /// The closing page's entries as the engine took them.
+#[derive(Debug)]
 pub(crate) enum ClosingEntries {
     Decoded(Vec<Entry>),
     Text(String),
@@ -96,16 +96,11 @@ impl CommitPlan {
         }
         let tracked =
             pending.keys().cloned().chain(engine.dead.iter().map(|d| d.entry.key())).collect::<BTreeSet<_>>();
-        let (final_entries, closing_text) = match closing {
-            ClosingEntries::Decoded(entries) => (entries, None),
-            ClosingEntries::Text(text) => (Vec::new(), Some(text)),
-        };
         CommitPlan {
             run,
             cursor,
             horizon,
-            final_entries,
-            closing_text,
+            closing,
             pending,
             tracked,
             tracked_records: BTreeMap::new(),
@@ -142,7 +137,13 @@ impl CommitPlan {
     /// the staged pages and before `finish`. A row no write of ours touches is then stored as it
     /// came, never decoded into memory, whichever page of the run brought it.
     pub fn take_closing_text(&mut self) -> Option<String> {
-        self.closing_text.take()
+        match std::mem::replace(&mut self.closing, ClosingEntries::Decoded(Vec::new())) {
+            ClosingEntries::Text(text) => Some(text),
+            decoded => {
+                self.closing = decoded;
+                None
+            }
+        }
     }
 
     /// The run's horizon, which becomes the checkpoint's.
@@ -207,9 +208,10 @@ impl CommitPlan {
     /// `Conflicts`, `Checkpoint`, `Rehydrated`.
     pub fn finish(mut self, engine: &mut Engine, now: Millis) -> Transaction {
         let mut tx = Transaction::default();
-        debug_assert!(self.closing_text.is_none(), "the closing page's text was never placed");
-        for entry in std::mem::take(&mut self.final_entries) {
-            tx.ops.extend(self.materialize(entry));
+        if let ClosingEntries::Decoded(entries) = std::mem::replace(&mut self.closing, ClosingEntries::Decoded(Vec::new())) {
+            for entry in entries {
+                tx.ops.extend(self.materialize(entry));
+            }
         }
 
         if self.rehydrate() {
