@@ -21,6 +21,23 @@ async fn write_rows(user: &str, count: usize) -> Vec<String> {
     ids
 }
 
+/// A client of `user` pulling a row a page, whose pull answers reach it with every row's `"title":
+/// "..."` replaced by `columns` (JSON text): values no synced table of the tests can hold.
+async fn open_with_titles_rewritten(name: &str, user: &str, columns: &str) -> kizunasync::KizunaClient {
+    let body = format!(
+        "return fetch(url, init).then(async (r) => {{
+           if (!String(url).endsWith('kizuna_pull')) return r;
+           const text = (await r.text()).replace(/\"title\": \"[^\"]*\"/g, {});
+           return new Response(text, {{ status: r.status, headers: r.headers }});
+         }})",
+        serde_json::to_string(columns).unwrap()
+    );
+    let opts = options(&format!("{name}-{}", random_id()), user);
+    Reflect::set(&opts, &"fetch".into(), &js_sys::Function::new_with_args("url, init", &body)).unwrap();
+    set(&opts, "pullLimit", json!(1));
+    open(&opts).await
+}
+
 /// A `fetch` option that goes through `wrapper` while `on` holds, and is the browser's own after.
 fn fetch_through_while(wrapper: js_sys::Function, on: Rc<Cell<bool>>) -> wasm_bindgen::JsValue {
     let choose = wasm_bindgen::closure::Closure::<dyn Fn(wasm_bindgen::JsValue, wasm_bindgen::JsValue) -> js_sys::Promise>::new(move |url: wasm_bindgen::JsValue, init: wasm_bindgen::JsValue| {
@@ -198,20 +215,9 @@ async fn an_expired_checkpoint_is_rehydrated_with_the_outbox_intact() {
 async fn integers_beyond_two_to_the_53_arrive_as_json_parse_reads_them() {
     let user = random_id();
     let ids = write_rows(&user, 3).await;
-    let rewrite = js_sys::Function::new_with_args(
-        "url, init",
-        "return fetch(url, init).then(async (r) => {
-           if (!String(url).endsWith('kizuna_pull')) return r;
-           const text = (await r.text()).replace(/\"title\": \"[^\"]*\"/,
-             '\"title\": 9007199254740993, \"extra\": [18446744073709551615, {\"n\": -9007199254740993}, 7]');
-           return new Response(text, { status: r.status, headers: r.headers });
-         })",
-    );
-    let opts = options(&format!("big-integers-{}", random_id()), &user);
-    Reflect::set(&opts, &"fetch".into(), &rewrite).unwrap();
     // A row a page: the first two are staged before the closing page commits them.
-    set(&opts, "pullLimit", json!(1));
-    let client = open(&opts).await;
+    let client = open_with_titles_rewritten("big-integers", &user,
+        r#""title": 9007199254740993, "extra": [18446744073709551615, {"n": -9007199254740993}, 7]"#).await;
     // A pending edit: this key's staged row is decoded to replay the edit over it; the others'
     // staged rows are stored from their text.
     ok(client.patch("todos".into(), ids[0].clone().into(), to_js(&json!({"done": true})), None)).await;
@@ -235,19 +241,8 @@ async fn integers_beyond_two_to_the_53_arrive_as_json_parse_reads_them() {
 async fn numbers_beyond_a_double_arrive_as_json_parse_reads_them_on_every_page() {
     let user = random_id();
     let ids = write_rows(&user, 3).await;
-    let rewrite = js_sys::Function::new_with_args(
-        "url, init",
-        "return fetch(url, init).then(async (r) => {
-           if (!String(url).endsWith('kizuna_pull')) return r;
-           const text = (await r.text()).replace(/\"title\": \"[^\"]*\"/g, '\"title\": 1e400, \"low\": [-1e400]');
-           return new Response(text, { status: r.status, headers: r.headers });
-         })",
-    );
-    let opts = options(&format!("huge-numbers-{}", random_id()), &user);
-    Reflect::set(&opts, &"fetch".into(), &rewrite).unwrap();
     // A row a page: the first two are staged, the third comes on the closing page.
-    set(&opts, "pullLimit", json!(1));
-    let client = open(&opts).await;
+    let client = open_with_titles_rewritten("huge-numbers", &user, r#""title": 1e400, "low": [-1e400]"#).await;
     ok(client.pull()).await;
     let number = |row: &wasm_bindgen::JsValue, path: &[&str]| {
         path.iter().fold(row.clone(), |v, k| Reflect::get(&v, &(*k).into()).unwrap()).as_f64()
