@@ -79,5 +79,5 @@ awk -v n="$n" -v d="$delivered" -v s="$sync_ms" -v c="$copy_ms" 'BEGIN {
 
 echo "== the browser client beside its limits (release build, headless Chromium): target/bench/results.md"
 scripts/package.sh --release >/dev/null
-DATABASE_URL="$db" start_gateway --www bench/browser --pkg pkg --dev-tokens --reap-interval 0
+DATABASE_URL="$db" start_gateway --www bench/browser --pkg pkg --dev-tokens --reap-interval 0 --cross-origin-isolated
 KIZUNA_BENCH_URL="$gateway_url" node bench/browser/run.mjs

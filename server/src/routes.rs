@@ -80,7 +80,20 @@ pub fn router(state: AppState, config: &Config) -> Router {
         Some(www) => api.fallback_service(ServeDir::new(www)),
         None => api.fallback(|| async { ApiError::not_found() }),
     };
-    api.with_state(state).layer(cors(&config.cors_origin))
+    let api = api.with_state(state).layer(cors(&config.cors_origin));
+    if config.cross_origin_isolated {
+        api.layer(axum::middleware::map_response(isolate))
+    } else {
+        api
+    }
+}
+
+/// `--cross-origin-isolated`: the two headers that isolate the page that receives them.
+async fn isolate(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(HeaderName::from_static("cross-origin-opener-policy"), HeaderValue::from_static("same-origin"));
+    headers.insert(HeaderName::from_static("cross-origin-embedder-policy"), HeaderValue::from_static("require-corp"));
+    response
 }
 
 /// What `--metrics-listen` serves: `/metrics` without a token, nothing else.
