@@ -550,19 +550,19 @@ fn stage(txn: &WriteTxn<'_>, page_no: u32, text: &str) -> Result<(), ClientError
 /// operation that follows it, so the outbox sees its requests in the engine's order; the other
 /// stores are independent of it within the transaction.
 fn apply(txn: &WriteTxn<'_>, ops: &[StoreOp]) -> Result<(), ClientError> {
-    let (db, tx) = (txn.store, &txn.tx);
+    let db = txn.store;
     let mut records = StepRecords::encode(ops)?;
-    let s = |name| store(tx, name);
+    let mut stores = OpenStores::new(&txn.tx);
     let seq = |n: i64| JsValue::from_f64(n as f64);
     let mut deleting: Option<(i64, i64)> = None;
-    let delete_run = |run: &mut Option<(i64, i64)>| -> Result<(), ClientError> {
+    let delete_run = |stores: &mut OpenStores<'_, '_>, run: &mut Option<(i64, i64)>| -> Result<(), ClientError> {
         let Some((lo, hi)) = run.take() else { return Ok(()) };
         let keys: JsValue = if lo == hi {
             seq(lo)
         } else {
             web_sys::IdbKeyRange::bound(&seq(lo), &seq(hi)).map_err(|e| failed(crate::error::describe(&e)))?.into()
         };
-        drop(s(OUTBOX)?.delete(keys).primitive().map_err(failed)?);
+        drop(stores.get(OUTBOX)?.delete(keys).primitive().map_err(failed)?);
         Ok(())
     };
     for op in ops {
@@ -570,25 +570,25 @@ fn apply(txn: &WriteTxn<'_>, ops: &[StoreOp]) -> Result<(), ClientError> {
             StoreOp::PutRow(row) => {
                 let record = records.next();
                 db.set_tokens(&record, row)?;
-                drop(s(ROWS)?.put(record).with_key(row_key(&row.table, &row.pk)).primitive().map_err(failed)?)
+                drop(stores.get(ROWS)?.put(record).with_key(row_key(&row.table, &row.pk)).primitive().map_err(failed)?)
             }
-            StoreOp::DeleteRow(key) => drop(s(ROWS)?.delete(row_key(&key.table, &key.pk)).primitive().map_err(failed)?),
+            StoreOp::DeleteRow(key) => drop(stores.get(ROWS)?.delete(row_key(&key.table, &key.pk)).primitive().map_err(failed)?),
             StoreOp::PutOutbox(entry) => {
-                delete_run(&mut deleting)?;
-                drop(s(OUTBOX)?.put(records.next()).with_key(seq(entry.seq)).primitive().map_err(failed)?)
+                delete_run(&mut stores, &mut deleting)?;
+                drop(stores.get(OUTBOX)?.put(records.next()).with_key(seq(entry.seq)).primitive().map_err(failed)?)
             }
             StoreOp::DeleteOutbox(n) => {
                 deleting = match deleting {
                     Some((lo, hi)) if hi.checked_add(1) == Some(*n) => Some((lo, *n)),
                     _ => {
-                        delete_run(&mut deleting)?;
+                        delete_run(&mut stores, &mut deleting)?;
                         Some((*n, *n))
                     }
                 };
             }
-            StoreOp::PutDead(dead) => drop(s(DEAD)?.put(records.next()).with_key(seq(dead.entry.seq)).primitive().map_err(failed)?),
-            StoreOp::DeleteDead(n) => drop(s(DEAD)?.delete(seq(*n)).primitive().map_err(failed)?),
-            StoreOp::PutMeta(_) => drop(s(META)?.put(records.next()).with_key(JsValue::from_str(META_KEY)).primitive().map_err(failed)?),
+            StoreOp::PutDead(dead) => drop(stores.get(DEAD)?.put(records.next()).with_key(seq(dead.entry.seq)).primitive().map_err(failed)?),
+            StoreOp::DeleteDead(n) => drop(stores.get(DEAD)?.delete(seq(*n)).primitive().map_err(failed)?),
+            StoreOp::PutMeta(_) => drop(stores.get(META)?.put(records.next()).with_key(JsValue::from_str(META_KEY)).primitive().map_err(failed)?),
             StoreOp::PutStaging { page_no, page } => {
                 let text = serde_json::to_string(page).map_err(|e| ClientError::new("STORAGE_FAILED", format!("cannot encode a page: {e}")))?;
                 stage(txn, *page_no, &text)?
@@ -596,12 +596,36 @@ fn apply(txn: &WriteTxn<'_>, ops: &[StoreOp]) -> Result<(), ClientError> {
             StoreOp::PutStagingText { page_no, text } => stage(txn, *page_no, text)?,
             StoreOp::ClearStaging => {
                 txn.staging.borrow_mut().push(StagingChange::Clear);
-                drop(s(STAGING)?.clear().map_err(failed)?)
+                drop(stores.get(STAGING)?.clear().map_err(failed)?)
             }
-            StoreOp::ClearRows => drop(s(ROWS)?.clear().map_err(failed)?),
+            StoreOp::ClearRows => drop(stores.get(ROWS)?.clear().map_err(failed)?),
         }
     }
-    delete_run(&mut deleting)
+    delete_run(&mut stores, &mut deleting)
+}
+
+/// The object stores of one transaction, each asked for once: `IDBTransaction.objectStore()` is a
+/// call into JS that decodes the store's name there, and a batch of 1,000 writes asked 2,000 times.
+struct OpenStores<'t, 'a> {
+    tx: &'t Transaction<'a>,
+    open: Vec<(&'static str, ObjectStore<'t>)>,
+}
+
+impl<'t, 'a> OpenStores<'t, 'a> {
+    fn new(tx: &'t Transaction<'a>) -> OpenStores<'t, 'a> {
+        OpenStores { tx, open: Vec::with_capacity(ALL.len()) }
+    }
+
+    fn get(&mut self, name: &'static str) -> Result<&ObjectStore<'t>, ClientError> {
+        let i = match self.open.iter().position(|(n, _)| *n == name) {
+            Some(i) => i,
+            None => {
+                self.open.push((name, store(self.tx, name)?));
+                self.open.len() - 1
+            }
+        };
+        Ok(&self.open[i].1)
+    }
 }
 
 /// The records of a step's puts (`PutRow`, `PutOutbox`, `PutDead`, `PutMeta`), in the order of its
@@ -614,7 +638,8 @@ struct StepRecords {
 
 impl StepRecords {
     fn encode(ops: &[StoreOp]) -> Result<StepRecords, ClientError> {
-        let mut text = Vec::with_capacity(256);
+        // About a record's size per op, so that a batch's text is not copied as it grows.
+        let mut text = Vec::with_capacity(256 * ops.len());
         text.push(b'[');
         for op in ops {
             let written = match op {
