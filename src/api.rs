@@ -213,11 +213,11 @@ impl KizunaClient {
                 .enumerate()
                 .map(|(i, w)| {
                     let field = |k: &str| Reflect::get(&w, &k.into()).unwrap_or(JsValue::UNDEFINED);
-                    let table = values::text(&field("table"), &format!("writes[{i}].table"))?;
-                    let pk = values::text(&field("pk"), &format!("writes[{i}].pk"))?;
+                    let table = values::text(&field("table"), format_args!("writes[{i}].table"))?;
+                    let pk = values::text(&field("pk"), format_args!("writes[{i}].pk"))?;
                     let (op, columns) = match field("op").as_string().as_deref() {
-                        Some("upsert") => (Op::Upsert, Some(values::row(&field("row"), &format!("writes[{i}].row"))?)),
-                        Some("patch") => (Op::Patch, Some(values::row(&field("columns"), &format!("writes[{i}].columns"))?)),
+                        Some("upsert") => (Op::Upsert, Some(values::row(&field("row"), format_args!("writes[{i}].row"))?)),
+                        Some("patch") => (Op::Patch, Some(values::row(&field("columns"), format_args!("writes[{i}].columns"))?)),
                         Some("delete") => (Op::Delete, None),
                         _ => return Err(invalid(format!("writes[{i}].op must be \"upsert\", \"patch\" or \"delete\""))),
                     };

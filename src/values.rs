@@ -7,6 +7,8 @@
 //! quietly: `NaN` and the infinities, functions, symbols, `BigInt`s, and objects that are not
 //! plain (a `Map`, a class instance).
 
+use std::fmt::Display;
+
 use js_sys::{Array, Object, Reflect};
 use kizuna_protocol::Row;
 use serde_json::{Number, Value};
@@ -15,9 +17,10 @@ use wasm_bindgen::JsCast;
 
 use crate::api::invalid;
 
-/// A required string argument, non-empty.
-pub fn text(value: &JsValue, what: &str) -> Result<String, JsValue> {
-    match string(value, what)? {
+/// A required string argument, non-empty. `what` names it in the refusal (and is only spelled out
+/// for one: a batch names each field of each write it checks).
+pub fn text(value: &JsValue, what: impl Display) -> Result<String, JsValue> {
+    match string(value, &what)? {
         Some(s) if !s.is_empty() => Ok(s),
         Some(_) => Err(invalid(format!("{what} must not be empty"))),
         None => Err(invalid(format!("{what} must be a string"))),
@@ -27,14 +30,15 @@ pub fn text(value: &JsValue, what: &str) -> Result<String, JsValue> {
 /// A JS string as it is, or `None` for another type. Refused rather than changed: a lone
 /// surrogate (which has no UTF-8 form, so converting it would replace it with U+FFFD) and NUL
 /// (which no PostgreSQL text or JSON value can hold, so the server could never take the write).
-fn string(value: &JsValue, what: &str) -> Result<Option<String>, JsValue> {
-    let Some(js) = value.dyn_ref::<js_sys::JsString>() else {
+fn string(value: &JsValue, what: &dyn Display) -> Result<Option<String>, JsValue> {
+    let Some(s) = value.as_string() else {
         return Ok(None);
     };
-    if !js.is_valid_utf16() {
+    // The conversion put U+FFFD where a lone surrogate was: only a string that now holds one (an
+    // app's own U+FFFD, or a broken string) is asked again, in JS, whether it was whole.
+    if s.contains('\u{FFFD}') && !value.unchecked_ref::<js_sys::JsString>().is_valid_utf16() {
         return Err(invalid(format!("{what} holds a lone surrogate (a broken UTF-16 string), which JSON cannot carry")));
     }
-    let s = String::from(js);
     if s.contains('\0') {
         return Err(invalid(format!("{what} holds a NUL character (\\u0000), which PostgreSQL cannot store")));
     }
@@ -42,14 +46,11 @@ fn string(value: &JsValue, what: &str) -> Result<Option<String>, JsValue> {
 }
 
 /// A row or a set of columns: a plain object of JSON values.
-pub fn row(value: &JsValue, what: &str) -> Result<Row, JsValue> {
+pub fn row(value: &JsValue, what: impl Display) -> Result<Row, JsValue> {
     if !is_plain_object(value) {
         return Err(invalid(format!("{what} must be a plain object of columns")));
     }
-    match json(value, what)? {
-        Value::Object(map) => Ok(map),
-        _ => Err(invalid(format!("{what} must be a plain object of columns"))),
-    }
+    columns(value, &what)
 }
 
 /// An optional options argument: `undefined`/`null`, or a plain object.
@@ -91,26 +92,60 @@ pub fn instant(value: &JsValue, what: &str) -> Result<i64, JsValue> {
     }
 }
 
+thread_local! {
+    /// This realm's `Object.prototype`, asked for once.
+    static OBJECT_PROTOTYPE: Object = Object::get_prototype_of(&Object::new());
+}
+
+/// An object whose prototype is `Object.prototype` or null (an array's, a function's, a `Map`'s or
+/// a class instance's is not).
 fn is_plain_object(value: &JsValue) -> bool {
-    if !value.is_object() || Array::is_array(value) || value.is_function() {
+    if !value.is_object() {
         return false;
     }
     let proto = Object::get_prototype_of(value);
-    proto.is_null() || proto == Object::get_prototype_of(&Object::new())
+    proto.is_null() || OBJECT_PROTOTYPE.with(|plain| proto == *plain)
 }
 
-fn json(value: &JsValue, what: &str) -> Result<Value, JsValue> {
-    if value.is_null() {
-        return Ok(Value::Null);
+/// `what.name`, spelled out only when a refusal names it.
+struct Field<'a> {
+    parent: &'a dyn Display,
+    name: &'a str,
+}
+
+impl Display for Field<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.parent, self.name)
     }
-    if let Some(b) = value.as_bool() {
-        return Ok(Value::Bool(b));
+}
+
+/// The properties of a plain object, each a JSON value.
+fn columns(value: &JsValue, what: &dyn Display) -> Result<serde_json::Map<String, Value>, JsValue> {
+    let mut map = serde_json::Map::new();
+    for key in Object::keys(value.unchecked_ref::<Object>()).iter() {
+        let name = string(&key, &format_args!("a column name in {what}"))?.unwrap_or_default();
+        let item = Reflect::get(value, &key).unwrap_or(JsValue::UNDEFINED);
+        if !item.is_undefined() {
+            let column = json(&item, &Field { parent: what, name: &name })?;
+            map.insert(name, column);
+        }
     }
+    Ok(map)
+}
+
+fn json(value: &JsValue, what: &dyn Display) -> Result<Value, JsValue> {
+    // The kinds a row holds most, first: each question is a call into JS.
     if let Some(s) = string(value, what)? {
         return Ok(Value::String(s));
     }
     if let Some(n) = value.as_f64() {
         return number(n).ok_or_else(|| invalid(format!("{what} is {}, which JSON cannot hold", js_number(n))));
+    }
+    if let Some(b) = value.as_bool() {
+        return Ok(Value::Bool(b));
+    }
+    if value.is_null() {
+        return Ok(Value::Null);
     }
     if let Some(date) = value.dyn_ref::<js_sys::Date>() {
         if !date.get_time().is_finite() {
@@ -124,20 +159,12 @@ fn json(value: &JsValue, what: &str) -> Result<Value, JsValue> {
         return items
             .iter()
             .enumerate()
-            .map(|(i, item)| if item.is_undefined() { Ok(Value::Null) } else { json(&item, &format!("{what}[{i}]")) })
+            .map(|(i, item)| if item.is_undefined() { Ok(Value::Null) } else { json(&item, &format_args!("{what}[{i}]")) })
             .collect::<Result<Vec<_>, _>>()
             .map(Value::Array);
     }
     if is_plain_object(value) {
-        let mut map = serde_json::Map::new();
-        for key in Object::keys(value.unchecked_ref::<Object>()).iter() {
-            let name = string(&key, &format!("a column name in {what}"))?.unwrap_or_default();
-            let item = Reflect::get(value, &key).unwrap_or(JsValue::UNDEFINED);
-            if !item.is_undefined() {
-                map.insert(name.clone(), json(&item, &format!("{what}.{name}"))?);
-            }
-        }
-        return Ok(Value::Object(map));
+        return columns(value, what).map(Value::Object);
     }
     let kind = if value.is_undefined() {
         "undefined".to_string()

@@ -103,6 +103,13 @@ async fn rows_follow_json_stringify_and_reads_see_the_apps_own_writes() {
     assert_eq!(none, json!([]), "where filters by column equality");
     let stored = server_view(&user, "todos", &id).await;
     assert!(stored["updated_at"].as_str().is_some_and(|s| s.starts_with("2026-01-02T03:04:05")), "{stored}");
+    // U+FFFD is where a broken string's lone surrogate would go once converted: the app's own is kept.
+    let replacement = random_id();
+    js_await(&client, &format!("return client.put('todos', '{replacement}', {{'\\ufffd': 'a\\ufffdb', tags: ['\\ufffd']}})"))
+        .await
+        .expect("a whole string holding U+FFFD is accepted");
+    let kept = from_js(js_await(&client, &format!("return client.get('todos', '{replacement}')")).await.unwrap());
+    assert_eq!(kept, json!({"\u{fffd}": "a\u{fffd}b", "tags": ["\u{fffd}"]}), "U+FFFD reaches the store as it was");
     js(&client, "client.close()");
 }
 
