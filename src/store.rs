@@ -694,8 +694,10 @@ struct StepRecords {
 
 impl StepRecords {
     fn encode(ops: &[StoreOp]) -> Result<StepRecords, ClientError> {
-        // About a record's size per op, so that a batch's text is not copied as it grows.
-        let mut text = Vec::with_capacity(256 * ops.len());
+        // About a record's size for each op that puts one (up to 1 MiB), so that a batch's text is
+        // not copied as it grows; a step of many deletes asks for nothing.
+        let puts = ops.iter().filter(|op| matches!(op, StoreOp::PutRow(_) | StoreOp::PutOutbox(_) | StoreOp::PutDead(_) | StoreOp::PutMeta(_))).count();
+        let mut text = Vec::with_capacity((256 * puts).min(1 << 20) + 2);
         text.push(b'[');
         for op in ops {
             let written = match op {

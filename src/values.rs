@@ -98,9 +98,10 @@ thread_local! {
 }
 
 /// An object whose prototype is `Object.prototype` or null (an array's, a function's, a `Map`'s or
-/// a class instance's is not).
+/// a class instance's is not), and not an array whatever its prototype (`JSON.stringify` writes
+/// one as an array).
 fn is_plain_object(value: &JsValue) -> bool {
-    if !value.is_object() {
+    if !value.is_object() || Array::is_array(value) {
         return false;
     }
     let proto = Object::get_prototype_of(value);

@@ -51,6 +51,8 @@ async fn bad_arguments_are_coded_errors_that_store_nothing() {
         "return client.put('todos', 'k', {['ti\\u0000tle']: 'x'})",
         "return client.put('todos', 'k', {title: 'half \\ud83d pair'})",
         "return client.patch('todos', 'k', {note: ['\\udc00']})",
+        // An array whose prototype was swapped is still an array to JSON.stringify, not columns.
+        "return client.put('todos', 'k', Object.setPrototypeOf(['x'], Object.prototype))",
     ];
     for snippet in snippets {
         let err = js_await(&client, snippet).await.expect_err(snippet);
