@@ -9,16 +9,16 @@ use futures_util::lock::Mutex;
 use js_sys::{Function, Promise, Reflect};
 use kizuna_engine::{Engine, LocalWrite, RowKey};
 use kizuna_protocol::{Op, Row};
-use serde_json::json;
+use serde_json::{json, Value};
 use uuid::Uuid;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::error::ClientError;
-use crate::events::{self, Listeners, EVENT_NAMES};
+use crate::events::{Listeners, EVENT_NAMES};
 use crate::js;
-use crate::runner::{now, Inner};
+use crate::runner::{now, ClosedViews, Inner};
 use crate::scheduler::{self, Scheduler};
 use crate::options::ClientOptions;
 use crate::store::Store;
@@ -127,6 +127,7 @@ impl KizunaClient {
             realtime_wakeups,
             me: me.clone(),
             unheard_kept: Cell::new(0),
+            closed_views: RefCell::new(None),
         });
         tabs::join(&inner);
         inner.tell_unheard(inner.version.get(), unheard);
@@ -315,28 +316,24 @@ impl KizunaClient {
 
     #[wasm_bindgen(skip_typescript, js_name = getSyncHealth)]
     pub fn get_sync_health(&self) -> JsValue {
-        to_js(&self.inner.health_json())
+        self.view(|v| &v.health, Inner::health_json)
     }
 
     #[wasm_bindgen(skip_typescript)]
     pub fn status(&self) -> JsValue {
-        let s = self.inner.engine.borrow().status();
-        to_js(&json!({
-            "pending": s.pending, "retrying": s.retrying, "deadLetters": s.dead_letters,
-            "applied": s.applied, "rejected": s.rejected, "skipped": s.skipped, "delayed": s.delayed,
-        }))
+        self.view(|v| &v.status, Inner::status_json)
     }
 
     /// The writes waiting in the outbox, oldest first.
     #[wasm_bindgen(skip_typescript, js_name = pendingWrites)]
     pub fn pending_writes(&self) -> JsValue {
-        to_js(&self.inner.engine.borrow().outbox().map(events::entry_json).collect::<Vec<_>>())
+        self.view(|v| &v.pending, Inner::pending_json)
     }
 
     /// Writes moved out of the queue after exhausting their budget, kept until requeued or discarded.
     #[wasm_bindgen(skip_typescript, js_name = deadLetters)]
     pub fn dead_letters(&self) -> JsValue {
-        to_js(&self.inner.engine.borrow().dead_letters().iter().map(events::dead_letter_json).collect::<Vec<_>>())
+        self.view(|v| &v.dead, Inner::dead_json)
     }
 
     /// Puts a dead letter back in the queue with a fresh budget (and a new id and sequence number).
@@ -392,22 +389,63 @@ impl KizunaClient {
     /// told by the next client to open the database.
     #[wasm_bindgen(skip_typescript)]
     pub fn close(&self) {
+        if self.shut() {
+            // Once the steps still running have ended, the engine is let go (`Inner::let_go`); in
+            // a task of its own, as the last step may end inside code that holds the engine.
+            let me = Rc::downgrade(&self.inner);
+            self.inner.store.when_idle(Box::new(move || {
+                wasm_bindgen_futures::spawn_local(async move {
+                    if let Some(inner) = me.upgrade() {
+                        inner.let_go();
+                    }
+                })
+            }));
+        }
+    }
+}
+
+impl KizunaClient {
+    /// Stops the loops, the listeners and the live queries and closes the database; false when
+    /// the client was closed already.
+    fn shut(&self) -> bool {
         if self.inner.closed.replace(true) {
-            return;
+            return false;
         }
         self.inner.listeners.borrow_mut().clear();
         scheduler::stop(&self.inner.scheduler);
         tabs::leave(&self.inner);
         self.inner.watches.clear();
         self.inner.store.close();
+        true
+    }
+
+    /// A status getter's answer: built from the engine, or, once a closed client has let go of
+    /// it, parsed from the text kept then.
+    fn view(&self, kept: fn(&ClosedViews) -> &js_sys::JsString, live: fn(&Inner) -> Value) -> JsValue {
+        match self.inner.closed_views.borrow().as_ref() {
+            Some(views) => parse_json(kept(views)),
+            None => to_js(&live(&self.inner)),
+        }
     }
 }
 
+#[wasm_bindgen]
+extern "C" {
+    /// `JSON.parse` of text held in a JS string, without copying it into wasm memory (js_sys's
+    /// takes a Rust `&str`).
+    #[wasm_bindgen(js_namespace = JSON, js_name = parse, catch)]
+    fn parse_js_string(text: &js_sys::JsString) -> Result<JsValue, JsValue>;
+}
+
+fn parse_json(text: &js_sys::JsString) -> JsValue {
+    parse_js_string(text).unwrap_or(JsValue::NULL)
+}
+
 /// A client freed from JS (or dropped in Rust) without `close()` must not leave its timer, wake
-/// stream and online listeners calling into closures that no longer exist.
+/// stream and online listeners calling into closures that no longer exist. Its engine goes with it.
 impl Drop for KizunaClient {
     fn drop(&mut self) {
-        self.close();
+        self.shut();
     }
 }
 

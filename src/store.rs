@@ -60,6 +60,10 @@ pub struct Store {
     staging_memory_bytes: usize,
     /// The app's declared equality indexes, which every stored row carries tokens for.
     indexes: Indexes,
+    /// Steps whose read-write transaction is open (`OpenStep`).
+    open_steps: std::cell::Cell<u32>,
+    /// What runs once no step's transaction is open (`when_idle`).
+    idle: std::cell::RefCell<Option<Box<dyn FnOnce()>>>,
 }
 
 /// The `sync` record: how many steps have committed (any tab's), and which tab leads.
@@ -157,7 +161,7 @@ impl Store {
                 }
                 other => failed(other),
             })?;
-        Ok(Store { db, indexes, staged: Default::default(), staging_memory_bytes })
+        Ok(Store { db, indexes, staged: Default::default(), staging_memory_bytes, open_steps: Default::default(), idle: Default::default() })
     }
 
     /// Moves schema 1's rows into `ROWS`, gives the rows of tables whose declared indexes
@@ -279,6 +283,16 @@ impl Store {
         self.db.clone().close();
     }
 
+    /// Runs `then` once no step's transaction is open: at once when none is, else when the last
+    /// one ends. After `close` no new one can open, so from then on the engine is nobody's.
+    pub fn when_idle(&self, then: Box<dyn FnOnce()>) {
+        if self.open_steps.get() == 0 {
+            then();
+        } else {
+            *self.idle.borrow_mut() = Some(then);
+        }
+    }
+
     fn transaction(&self, mode: TransactionMode) -> Result<Transaction<'_>, ClientError> {
         self.db.transaction(ALL).with_mode(mode).build().map_err(failed)
     }
@@ -301,12 +315,13 @@ impl Store {
     /// `begin`, with the stored records of `keys` read in the same round trip as the `sync` stamp:
     /// every request is issued before the first answer is awaited.
     pub async fn begin_reading(&self, keys: &[RowKey]) -> Result<(WriteTxn<'_>, BTreeMap<RowKey, RowRecord>), ClientError> {
+        let open = OpenStep::new(self);
         let tx = self.transaction(TransactionMode::Readwrite)?;
         let stamp = store(&tx, META)?.get(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?;
         let rows = RowReads::issue(store(&tx, ROWS)?, keys)?;
         let stamp = present(stamp.await.map_err(failed)?).map(from_js).transpose()?.unwrap_or_default();
         let rows = rows.found().await?;
-        Ok((WriteTxn { store: self, tx, stamp, staging: Default::default() }, rows))
+        Ok((WriteTxn { store: self, tx, stamp, staging: Default::default(), _open: open }, rows))
     }
 
     /// The stored records of `keys` that exist, read in one transaction.
@@ -332,6 +347,32 @@ pub struct WriteTxn<'a> {
     pub stamp: SyncStamp,
     /// Its changes to the pages staged in memory, carried out when it commits.
     staging: std::cell::RefCell<Vec<StagingChange>>,
+    /// Counts it open until it has committed or been dropped (after `tx`, which it outlives).
+    _open: OpenStep<'a>,
+}
+
+/// A step's transaction, counted open in `Store::open_steps` from before it is created until it
+/// ends; the last to end runs what `Store::when_idle` left.
+struct OpenStep<'a>(&'a Store);
+
+impl<'a> OpenStep<'a> {
+    fn new(store: &'a Store) -> OpenStep<'a> {
+        store.open_steps.set(store.open_steps.get() + 1);
+        OpenStep(store)
+    }
+}
+
+impl Drop for OpenStep<'_> {
+    fn drop(&mut self) {
+        let open = self.0.open_steps.get().saturating_sub(1);
+        self.0.open_steps.set(open);
+        if open == 0 {
+            let then = self.0.idle.borrow_mut().take();
+            if let Some(then) = then {
+                then();
+            }
+        }
+    }
 }
 
 impl WriteTxn<'_> {

@@ -307,7 +307,12 @@ export class KizunaClient<DB extends object = AnyTables> {
    * closing page told may be told again; the payload's id tells them apart).
    */
   on<K extends KizunaEventName>(name: K, listener: (event: KizunaEvents[K]) => void): () => void;
-  /** Answers at once. Stops the loops and closes the database; listeners hear nothing more. Pending writes stay in the outbox. */
+  /**
+   * Answers at once. Stops the loops and closes the database; listeners hear nothing more. Pending
+   * writes stay in the outbox. status(), pendingWrites(), deadLetters() and getSyncHealth() keep
+   * answering what they said then, and the client's copy of the outbox leaves wasm memory as soon
+   * as its last step has ended, whether or not the app keeps the object.
+   */
   close(): void;
 }
 export interface KizunaClient<DB extends object = AnyTables> extends Disposable {}
