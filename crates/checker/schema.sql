@@ -26,6 +26,7 @@ begin
         shared boolean not null default false,
         a text,
         b text,
+        x double precision,
         title text,
         n integer not null default 0
       );

@@ -103,7 +103,11 @@ pub async fn run(seed: u64, plan: &Plan, keep: &dyn Fn(&Step) -> bool, setup: &m
                 known.lock().unwrap().push((key.table, format!("{tag}-{}", key.name)));
             }
             Action::Patch { key, column, latest_only } => {
-                let mut w = lw(&tag, key, Op::Patch, Some(json!({ *column: format!("c{c}-{}", step.index) })));
+                let value = match *column {
+                    "x" => json!(rounding_bait(step.index as u64 * 64 + c as u64)),
+                    _ => json!(format!("c{c}-{}", step.index)),
+                };
+                let mut w = lw(&tag, key, Op::Patch, Some(json!({ *column: value })));
                 w.latest_only = Some(*latest_only);
                 clients[c].write(vec![w]).await?;
             }
@@ -293,4 +297,17 @@ async fn quiesce(clients: &mut [Device], pg: &Pg) -> Result<(), String> {
         }
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
+}
+
+/// A double for the `x` column: a random mantissa and sign, an exponent between 2^-100 and 2^100.
+/// Most such doubles are changed by a reader that rounds their last digit (serde_json without
+/// `float_roundtrip` read one in three of them one bit off), so every history also checks that the
+/// numbers a client writes come back to every device bit for bit.
+fn rounding_bait(seed: u64) -> f64 {
+    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    let exponent = 1023 - 100 + (z >> 52) % 200;
+    f64::from_bits((z & 0x800F_FFFF_FFFF_FFFF) | (exponent << 52))
 }

@@ -75,7 +75,7 @@ impl Model {
                 }
                 (Op::Upsert, None) => {
                     let mut row = json!({"id": e.pk, "owner": e.user, "list": null, "shared": false,
-                                         "a": null, "b": null, "title": null, "n": 1});
+                                         "a": null, "b": null, "x": null, "title": null, "n": 1});
                     let object = row.as_object_mut().expect("object");
                     for (column, value) in named {
                         if let Some(h) = &e.hlc {

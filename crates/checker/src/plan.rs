@@ -109,7 +109,7 @@ pub fn plan(seed: u64) -> Plan {
                 Some(Action::Insert { key, list, shared: rng.chance(30) })
             }
             20..=39 => existing(&mut rng).map(|key| {
-                let column = if rng.chance(50) { "a" } else { "b" };
+                let column = *rng.pick(&["a", "b", "x"]);
                 Action::Patch { key, column, latest_only: rng.chance(25) }
             }),
             40..=47 => existing(&mut rng).map(|key| Action::Move { key, list }),
