@@ -423,7 +423,7 @@ impl KizunaClient {
     /// it, parsed from the text kept then.
     fn view(&self, kept: fn(&ClosedViews) -> &js_sys::JsString, live: fn(&Inner) -> Value) -> JsValue {
         match self.inner.closed_views.borrow().as_ref() {
-            Some(views) => parse_json(kept(views)),
+            Some(views) => parse_js_string(kept(views)).unwrap_or(JsValue::NULL),
             None => to_js(&live(&self.inner)),
         }
     }
@@ -435,10 +435,6 @@ extern "C" {
     /// takes a Rust `&str`).
     #[wasm_bindgen(js_namespace = JSON, js_name = parse, catch)]
     fn parse_js_string(text: &js_sys::JsString) -> Result<JsValue, JsValue>;
-}
-
-fn parse_json(text: &js_sys::JsString) -> JsValue {
-    parse_js_string(text).unwrap_or(JsValue::NULL)
 }
 
 /// A client freed from JS (or dropped in Rust) without `close()` must not leave its timer, wake

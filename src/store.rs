@@ -727,7 +727,8 @@ impl<'t, 'a> OpenStores<'t, 'a> {
 
 /// The records of a step's puts (`PutRow`, `PutOutbox`, `PutDead`, `PutMeta`), in the order of its
 /// ops, as JS objects made by one `JSON.parse` of one array. `apply` takes one for each of exactly
-/// these ops, in the same order: the two matches must name the same four.
+/// these ops, in the same order: the matches in `apply` and `encode`, and the count that sizes the
+/// text, must name the same four.
 struct StepRecords {
     parsed: Array,
     taken: u32,
