@@ -4,12 +4,12 @@
 //! ours touches is stored as the server sent it (one `JSON.parse`), never decoded into wasm
 //! memory, on whichever page it came. Decoding every row only to encode it again was most of what
 //! a first sync's pages phase spent in wasm, and every incremental pull decoded its one page
-//! twice. Numbers are read as `JSON.parse` reads them (`js_safe_numbers` for the rows decoded).
+//! twice. Numbers are read as `JSON.parse` reads them (`js_safe_text` for the rows decoded).
 
 use std::borrow::Cow;
 
 use kizuna_engine::PageHead;
-use kizuna_protocol::{Conflict, Lifecycle, Row};
+use kizuna_protocol::{js_safe_text, Conflict, Lifecycle, Row};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -85,11 +85,10 @@ pub fn read_page(text: String) -> Result<Pulled, String> {
     Ok(Pulled { head, text })
 }
 
-/// Decodes a server's answer, numbers as `JSON.parse` reads them.
+/// Decodes a server's answer, numbers as `JSON.parse` reads them (`js_safe_text`): straight from
+/// the text, so the package carries one decoder of each answer, not a second one through a JSON value.
 pub fn decode<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
-    let mut value: Value = serde_json::from_str(text)?;
-    js_safe_numbers(&mut value);
-    serde_json::from_value(value)
+    serde_json::from_str(&js_safe_text(text))
 }
 
 /// A staged row's text as a row, numbers as `JSON.parse` reads them. Through a JSON value, which
@@ -102,18 +101,3 @@ pub fn staged_row(text: &str) -> Result<Row, String> {
     }
 }
 
-/// Integers beyond 2^53 (a Postgres bigint, a snowflake id) become the nearest double, as
-/// `JSON.parse` and every other JS client would read them: a JS number cannot hold more, and
-/// IndexedDB and the app only ever see JS numbers.
-/// In place: rebuilding every object of a page of rows cost a first sync more than the change.
-fn js_safe_numbers(value: &mut Value) {
-    const MAX_SAFE: u64 = (1 << 53) - 1;
-    match value {
-        Value::Number(n) if n.as_u64().is_some_and(|u| u > MAX_SAFE) || n.as_i64().is_some_and(|i| i.unsigned_abs() > MAX_SAFE) => {
-            *value = n.as_f64().and_then(serde_json::Number::from_f64).map_or(Value::Null, Value::Number);
-        }
-        Value::Array(items) => items.iter_mut().for_each(js_safe_numbers),
-        Value::Object(map) => map.values_mut().for_each(js_safe_numbers),
-        _ => {}
-    }
-}

@@ -9,6 +9,8 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 mod errors;
+mod js_numbers;
+pub use js_numbers::js_safe_text;
 pub use errors::{ErrorBody, ErrorClass, codes};
 
 /// The only protocol version this crate speaks.

@@ -1,0 +1,129 @@
+//! Numbers as a JS client reads them. `JSON.parse` reads every number as a double, so an integer
+//! beyond 2^53 (a Postgres bigint, a snowflake id) becomes the nearest double; serde_json would keep
+//! it exact. A client that reads a server's answer in Rust rewrites such literals in the text
+//! first, so that what it decodes is what the app and IndexedDB, which only hold JS numbers, see.
+
+use std::borrow::Cow;
+
+/// The largest integer every double between it and zero can hold exactly (`Number.MAX_SAFE_INTEGER`).
+const MAX_SAFE: u64 = (1 << 53) - 1;
+
+/// `text` (JSON) with every integer literal beyond ±(2^53 − 1) written as the double nearest it,
+/// in serde_json's shortest form, so that serde_json reads the very double `JSON.parse` would.
+/// Strings are left as they are. Borrowed when nothing needs rewriting, which is the common case:
+/// one pass over the bytes, no copy.
+pub fn js_safe_text(text: &str) -> Cow<'_, str> {
+    let bytes = text.as_bytes();
+    let mut rewritten: Option<String> = None;
+    let mut copied = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() {
+                    match bytes[i] {
+                        b'\\' => i += 2,
+                        b'"' => {
+                            i += 1;
+                            break;
+                        }
+                        _ => i += 1,
+                    }
+                }
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                i += 1;
+                while i < bytes.len() && matches!(bytes[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-') {
+                    i += 1;
+                }
+                if let Some(nearest) = nearest_double(&text[start..i]) {
+                    let out = rewritten.get_or_insert_with(|| String::with_capacity(text.len() + 16));
+                    out.push_str(&text[copied..start]);
+                    out.push_str(&nearest);
+                    copied = i;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    match rewritten {
+        None => Cow::Borrowed(text),
+        Some(mut out) => {
+            out.push_str(&text[copied..]);
+            Cow::Owned(out)
+        }
+    }
+}
+
+/// The text of the double nearest an integer literal beyond ±(2^53 − 1); `None` for any other
+/// token. An integer beyond `u64` (or below `i64::MIN`) is left alone: serde_json reads it as the
+/// nearest double already.
+fn nearest_double(token: &str) -> Option<String> {
+    let digits = token.strip_prefix('-').unwrap_or(token);
+    if digits.len() < 16 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let value = if token.starts_with('-') {
+        let n: i64 = token.parse().ok()?;
+        if n.unsigned_abs() <= MAX_SAFE {
+            return None;
+        }
+        n as f64
+    } else {
+        let n: u64 = token.parse().ok()?;
+        if n <= MAX_SAFE {
+            return None;
+        }
+        n as f64
+    };
+    serde_json::to_string(&value).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::js_safe_text;
+    use serde_json::Value;
+
+    fn read(text: &str) -> Value {
+        serde_json::from_str(&js_safe_text(text)).unwrap()
+    }
+
+    #[test]
+    fn integers_beyond_2_53_are_read_as_json_parse_reads_them() {
+        let v = read(r#"{"a": 9007199254740993, "b": [18446744073709551615, {"n": -9007199254740993}], "c": -9223372036854775808}"#);
+        assert_eq!(v["a"].as_f64(), Some(9007199254740992.0));
+        assert!(v["a"].is_f64());
+        assert_eq!(v["b"][0].as_f64(), Some(18446744073709551616.0));
+        assert_eq!(v["b"][1]["n"].as_f64(), Some(-9007199254740992.0));
+        assert_eq!(v["c"].as_f64(), Some(-9223372036854775808.0));
+    }
+
+    #[test]
+    fn safe_numbers_strings_and_other_literals_are_left_as_written() {
+        for text in [
+            r#"{"a": 9007199254740991, "b": -9007199254740991, "c": 0.1, "d": 1e300, "e": -0}"#,
+            r#"{"s": "9007199254740993", "t": "a \" 9007199254740993 \\", "u": 12345678901234567.5}"#,
+            r#"[123456789012345678901234567890, -123456789012345678901234567890, 1.7976931348623157e308]"#,
+            r#"{"ключ 9007199254740993": "значение"}"#,
+        ] {
+            assert!(matches!(js_safe_text(text), std::borrow::Cow::Borrowed(_)), "{text}");
+        }
+        let v = read(r#"{"s": "9007199254740993", "t": "a \" 9007199254740993", "after": 9007199254740993}"#);
+        assert_eq!(v["s"], "9007199254740993");
+        assert_eq!(v["t"], "a \" 9007199254740993");
+        assert_eq!(v["after"].as_f64(), Some(9007199254740992.0));
+    }
+
+    #[test]
+    fn an_integer_field_beyond_2_53_is_refused_as_before() {
+        #[derive(serde::Deserialize, Debug)]
+        struct Seq {
+            #[allow(dead_code)]
+            seq: i64,
+        }
+        assert!(serde_json::from_str::<Seq>(&js_safe_text(r#"{"seq": 9007199254740993}"#)).is_err());
+        assert!(serde_json::from_str::<Seq>(&js_safe_text(r#"{"seq": 9007199254740991}"#)).is_ok());
+    }
+}
