@@ -342,6 +342,37 @@ async fn numbers_come_back_from_the_server_bit_for_bit() {
     fresh.close();
 }
 
+/// A number beyond what a double holds in a refusal's server row (a PostgreSQL `numeric` of 10^400,
+/// which it writes as its 401 digits) stalls nothing: the answer is read, the refused write gives
+/// way to the server's row and the next write goes (the whole answer was refused before, and its
+/// slice resent for ever, holding back every write behind it). The restored row holds the largest
+/// double of that sign, the nearest a JSON value in wasm can hold to `JSON.parse`'s ±Infinity. The
+/// answers are rewritten on their way in: no synced table of the tests has such a column.
+#[wasm_bindgen_test]
+async fn a_number_beyond_a_double_in_a_refusal_stalls_nothing() {
+    let user = random_id();
+    let huge = format!("1{}", "0".repeat(400));
+    let opts = options(&format!("huge-verdict-{}", random_id()), &user);
+    Reflect::set(&opts, &"fetch".into(), &titles_rewritten("kizuna_push", &format!(r#""title": {huge}, "low": -{huge}"#))).unwrap();
+    let client = open(&opts).await;
+    let rejected = record(&client, "rejected");
+    let (id, next) = (random_id(), random_id());
+    ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "short"})), None)).await;
+    ok(client.sync()).await;
+    // Refused by the table's title gate: the answer carries the server's row.
+    ok(client.patch("todos".into(), id.clone().into(), to_js(&json!({"title": "x".repeat(300)})), None)).await;
+    ok(client.put("todos".into(), next.clone().into(), to_js(&json!({"id": next, "title": "next"})), None)).await;
+    ok(client.sync()).await;
+    assert_eq!(rejected.length(), 1);
+    assert_eq!(from_js(client.pending_writes()), json!([]), "the answer was read: both writes settled");
+    assert_eq!(from_js(client.dead_letters()), json!([]));
+    let row = call(client.get("todos".into(), id.clone().into())).await.expect("get");
+    let number = |column: &str| Reflect::get(&row, &column.into()).unwrap().as_f64();
+    assert_eq!((number("title"), number("low")), (Some(f64::MAX), Some(-f64::MAX)), "the server's row is back");
+    assert_eq!(server_view(&user, "todos", &next).await["title"], "next", "the write behind it landed");
+    client.close();
+}
+
 /// A page that goes away while it tells what a push decided (a reload, here a listener that
 /// closes the client half-way) does not take the rest with it: the verdict step kept its events
 /// with its commit, and the next client to open the database tells them to its first listener.

@@ -1,15 +1,17 @@
 //! Numbers as a JS client reads them. `JSON.parse` reads every number as a double, so an integer
 //! beyond 2^53 (a Postgres bigint, a snowflake id) becomes the nearest double; serde_json would keep
-//! it exact. A client that reads a server's answer in Rust rewrites such literals in the text
-//! first, so that what it decodes is what the app and IndexedDB, which only hold JS numbers, see.
+//! it exact. A number beyond the largest double (a `numeric` of 10^400) becomes ±Infinity, which
+//! serde_json refuses. A client that reads a server's answer in Rust rewrites such literals in the
+//! text first, so that what it decodes is what the app and IndexedDB, which only hold JS numbers,
+//! see, as near as a JSON value can hold it.
 
 use std::borrow::Cow;
 
 /// The largest integer every double between it and zero can hold exactly (`Number.MAX_SAFE_INTEGER`).
 const MAX_SAFE: u64 = (1 << 53) - 1;
 
-/// `text` (JSON) with every integer literal beyond ±(2^53 − 1) written as the double nearest it,
-/// in serde_json's shortest form, so that serde_json reads the very double `JSON.parse` would.
+/// `text` (JSON) with every number literal serde_json would read otherwise than `JSON.parse`
+/// rewritten (`nearest_double`), in serde_json's shortest form.
 /// Strings are left as they are. Borrowed when nothing needs rewriting, which is the common case:
 /// one pass over the bytes, no copy.
 pub fn js_safe_text(text: &str) -> Cow<'_, str> {
@@ -57,26 +59,38 @@ pub fn js_safe_text(text: &str) -> Cow<'_, str> {
     }
 }
 
-/// The text of the double nearest an integer literal beyond ±(2^53 − 1); `None` for any other
-/// token. An integer beyond `u64` (or below `i64::MIN`) is left alone: serde_json reads it as the
-/// nearest double already.
+/// The text of a literal's replacement, `None` for a literal serde_json reads as `JSON.parse` does.
+/// An integer beyond ±(2^53 − 1) within `u64` / `i64` (which serde_json would keep exact) becomes
+/// the double nearest it. A literal beyond the largest double, which `JSON.parse` reads as
+/// ±Infinity and serde_json refuses ("number out of range", failing the whole answer every time it
+/// came), becomes the largest double of its sign: the nearest a JSON value can hold.
 fn nearest_double(token: &str) -> Option<String> {
     let digits = token.strip_prefix('-').unwrap_or(token);
-    if digits.len() < 16 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let value = if token.starts_with('-') {
-        let n: i64 = token.parse().ok()?;
-        if n.unsigned_abs() <= MAX_SAFE {
+    let whole = digits.bytes().all(|b| b.is_ascii_digit());
+    let value = if whole && (16..=20).contains(&digits.len()) {
+        if token.starts_with('-') {
+            let n: i64 = token.parse().ok()?;
+            if n.unsigned_abs() <= MAX_SAFE {
+                return None;
+            }
+            n as f64
+        } else {
+            // Beyond u64 it fails to parse, and serde_json reads it as a (finite) double already.
+            let n: u64 = token.parse().ok()?;
+            if n <= MAX_SAFE {
+                return None;
+            }
+            n as f64
+        }
+    } else if digits.len() > 308 || digits.contains(['e', 'E']) {
+        // The only literals that can reach past f64::MAX (about 1.8e308, 309 digits).
+        let value: f64 = token.parse().ok()?;
+        if !value.is_infinite() {
             return None;
         }
-        n as f64
+        f64::MAX.copysign(value)
     } else {
-        let n: u64 = token.parse().ok()?;
-        if n <= MAX_SAFE {
-            return None;
-        }
-        n as f64
+        return None;
     };
     serde_json::to_string(&value).ok()
 }
@@ -114,6 +128,22 @@ mod tests {
         assert_eq!(v["s"], "9007199254740993");
         assert_eq!(v["t"], "a \" 9007199254740993");
         assert_eq!(v["after"].as_f64(), Some(9007199254740992.0));
+    }
+
+    #[test]
+    fn numbers_beyond_the_largest_double_are_read_as_the_largest_double_of_their_sign() {
+        let huge = format!("1{}", "0".repeat(400));
+        let text = format!(r#"{{"a": 1e400, "b": -1E+309, "c": {huge}, "d": -{huge}.5, "e": 1e-400, "f": 1.7976931348623157e308}}"#);
+        assert!(serde_json::from_str::<Value>(&text).is_err(), "serde_json refuses them as written");
+        let v = read(&text);
+        assert_eq!(v["a"].as_f64(), Some(f64::MAX));
+        assert_eq!(v["b"].as_f64(), Some(-f64::MAX));
+        assert_eq!(v["c"].as_f64(), Some(f64::MAX));
+        assert_eq!(v["d"].as_f64(), Some(-f64::MAX));
+        assert_eq!(v["e"].as_f64(), Some(0.0), "an underflow reads as 0, as JSON.parse reads it");
+        assert_eq!(v["f"].as_f64(), Some(f64::MAX));
+        let tiny = format!("0.{}1", "0".repeat(400));
+        assert!(matches!(js_safe_text(&format!("[{tiny}, 1e300, 2.5e-3]")), std::borrow::Cow::Borrowed(_)), "finite ones stay");
     }
 
     #[test]
