@@ -10,7 +10,7 @@
 use std::fmt::Display;
 
 use js_sys::{Array, Object, Reflect};
-use kizuna_protocol::Row;
+use kizuna_protocol::{Row, MAX_COLUMN_DEPTH};
 use serde_json::{Number, Value};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -50,7 +50,7 @@ pub fn row(value: &JsValue, what: impl Display) -> Result<Row, JsValue> {
     if !is_plain_object(value) {
         return Err(invalid(format!("{what} must be a plain object of columns")));
     }
-    columns(value, &what)
+    columns(value, &what, 0)
 }
 
 /// An optional options argument: `undefined`/`null`, or a plain object.
@@ -120,21 +120,22 @@ impl Display for Field<'_> {
     }
 }
 
-/// The properties of a plain object, each a JSON value.
-fn columns(value: &JsValue, what: &dyn Display) -> Result<serde_json::Map<String, Value>, JsValue> {
+/// The properties of a plain object, each a JSON value nested `depth` levels down in its column.
+fn columns(value: &JsValue, what: &dyn Display, depth: usize) -> Result<serde_json::Map<String, Value>, JsValue> {
     let mut map = serde_json::Map::new();
     for key in Object::keys(value.unchecked_ref::<Object>()).iter() {
         let name = string(&key, &format_args!("a column name in {what}"))?.unwrap_or_default();
         let item = Reflect::get(value, &key).unwrap_or(JsValue::UNDEFINED);
         if !item.is_undefined() {
-            let column = json(&item, &Field { parent: what, name: &name })?;
+            let column = json(&item, &Field { parent: what, name: &name }, depth)?;
             map.insert(name, column);
         }
     }
     Ok(map)
 }
 
-fn json(value: &JsValue, what: &dyn Display) -> Result<Value, JsValue> {
+/// `value` as a JSON value, itself `depth` arrays and objects down in its column.
+fn json(value: &JsValue, what: &dyn Display, depth: usize) -> Result<Value, JsValue> {
     // The kinds a row holds most, first: each question is a call into JS.
     if let Some(s) = string(value, what)? {
         return Ok(Value::String(s));
@@ -155,17 +156,18 @@ fn json(value: &JsValue, what: &dyn Display) -> Result<Value, JsValue> {
         return Ok(Value::String(date.to_iso_string().into()));
     }
     if Array::is_array(value) {
+        let inside = nested(depth, what)?;
         let items: Array = value.clone().unchecked_into();
         // Inside an array JSON has no way to leave a slot out: undefined becomes null, as there.
         return items
             .iter()
             .enumerate()
-            .map(|(i, item)| if item.is_undefined() { Ok(Value::Null) } else { json(&item, &format_args!("{what}[{i}]")) })
+            .map(|(i, item)| if item.is_undefined() { Ok(Value::Null) } else { json(&item, &format_args!("{what}[{i}]"), inside) })
             .collect::<Result<Vec<_>, _>>()
             .map(Value::Array);
     }
     if is_plain_object(value) {
-        return columns(value, what).map(Value::Object);
+        return columns(value, what, nested(depth, what)?).map(Value::Object);
     }
     let kind = if value.is_undefined() {
         "undefined".to_string()
@@ -179,6 +181,19 @@ fn json(value: &JsValue, what: &dyn Display) -> Result<Value, JsValue> {
         format!("a {}", value.js_typeof().as_string().unwrap_or_default())
     };
     Err(invalid(format!("{what} is {kind}, which is not a JSON value (use plain objects, arrays, strings, numbers, booleans and null)")))
+}
+
+/// The depth inside an array or object found `depth` levels down, or a refusal past
+/// `MAX_COLUMN_DEPTH`: the server would refuse the whole push request that carried it (holding back
+/// every write behind it until this one became a dead letter), an outbox entry nested past 128
+/// levels would not decode when the database is next opened, and an object that holds itself
+/// would recurse until the stack ran out.
+fn nested(depth: usize, what: &dyn Display) -> Result<usize, JsValue> {
+    if depth < MAX_COLUMN_DEPTH {
+        Ok(depth + 1)
+    } else {
+        Err(invalid(format!("{what} is nested deeper than {MAX_COLUMN_DEPTH} levels, more than the server takes (or holds itself)")))
+    }
 }
 
 /// A finite number, as an integer when it is one, so `1` stays `1` on the wire.

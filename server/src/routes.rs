@@ -36,8 +36,8 @@ const DRAIN_BYTES: usize = 64 * 1024 * 1024;
 const DRAIN_TIME: Duration = Duration::from_secs(10);
 
 /// JSON nested deeper than this is refused (KZG02) before PostgreSQL's parser, which would fail
-/// the request with a stack-depth error, sees it.
-const MAX_JSON_DEPTH: usize = 64;
+/// the request with a stack-depth error, sees it. The client refuses a write that would make one.
+const MAX_JSON_DEPTH: usize = kizuna_protocol::MAX_REQUEST_DEPTH;
 
 #[derive(Clone)]
 pub struct AppState {

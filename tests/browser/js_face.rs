@@ -257,3 +257,38 @@ async fn a_closed_client_lets_go_of_its_memory_and_still_answers_its_getters() {
     assert!(grown < 8 << 20, "twelve closed clients grew wasm memory by {grown} bytes: {sizes:?}");
     drop(kept);
 }
+
+/// A value nested deeper than a push request may carry it (the gateway refuses a request past 64
+/// levels, which held back every write behind it until the write became a dead letter; past 128
+/// the stored entry did not decode and the database no longer opened), and an object that holds
+/// itself (which recursed until the stack ran out, and the call never settled), are refused at the
+/// call: a coded error that stores nothing, and the client goes on. A row at the limit syncs.
+#[wasm_bindgen_test]
+async fn a_value_nested_past_what_the_server_takes_is_refused_at_the_call() {
+    let user = random_id();
+    let name = format!("nested-{}", random_id());
+    let client = open_in_js(&name, &user).await;
+    let nest = |levels: usize, inner: &str| format!("let v = 1; for (let i = 0; i < {levels}; i++) v = {inner}; ");
+    let snippets = [
+        "const row = {title: 'x'}; row.self = row; return client.put('todos', 'k', row)".to_string(),
+        "const a = []; a.push(a); return client.patch('todos', 'k', {note: a})".to_string(),
+        format!("{}return client.put('todos', 'k', {{title: 'x', note: v}})", nest(61, "[v]")),
+        format!("{}return client.batch([{{op: 'patch', table: 'todos', pk: 'k', columns: {{note: v}}}}])", nest(100_000, "{v}")),
+        format!("{}return client.query('todos', {{where: {{note: v}}}})", nest(61, "{v}")),
+    ];
+    for snippet in &snippets {
+        let err = js_await(&client, snippet).await.expect_err(snippet);
+        assert_eq!(error_code(&err), "INVALID_ARGUMENT", "{snippet}");
+        let message = js_sys::Reflect::get(&err, &"message".into()).unwrap().as_string().unwrap_or_default();
+        assert!(message.contains("is nested deeper than 60 levels"), "{snippet}: {message}");
+    }
+    assert_eq!(from_js(js(&client, "return client.pendingWrites()")), json!([]), "nothing was stored");
+
+    let id = random_id();
+    js_await(&client, &format!("{}return client.put('todos', '{id}', {{id: '{id}', title: 'deep', note: v}})", nest(60, "[v]"))).await.expect("at the limit");
+    js_await(&client, "return client.sync()").await.expect("the server takes it");
+    assert_eq!(from_js(js(&client, "return client.pendingWrites()")), json!([]));
+    assert_eq!(from_js(js(&client, "return client.deadLetters()")), json!([]));
+    assert_eq!(server_view(&user, "todos", &id).await["title"], "deep");
+    js(&client, "client.close()");
+}

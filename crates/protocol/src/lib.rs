@@ -16,6 +16,14 @@ pub use errors::{ErrorBody, ErrorClass, codes};
 /// The only protocol version this crate speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// The deepest a request's JSON may nest (arrays and objects): the gateway refuses a deeper one
+/// (`KZG02`) before PostgreSQL's parser, which would fail it with a stack-depth error, sees it.
+pub const MAX_REQUEST_DEPTH: usize = 64;
+
+/// The deepest a column's value may nest in a write: a push request holds it four levels down
+/// (the request, its `mutations`, a mutation, its `columns`), so a deeper one could never be sent.
+pub const MAX_COLUMN_DEPTH: usize = MAX_REQUEST_DEPTH - 4;
+
 /// A row as JSON: column name to value.
 pub type Row = Map<String, Value>;
 
