@@ -33,6 +33,26 @@ pub fn tokens(indexes: &Indexes, record: &RowRecord) -> Option<Vec<String>> {
     Some(columns.iter().filter_map(|c| row.and_then(|r| r.get(c)).and_then(|v| token(&record.table, c, v))).collect())
 }
 
+/// The tokens of a row of `table` the server sent (its JSON text), or `None` when the table declares
+/// no index. Only the declared columns are read, each only when it holds a scalar: the rest of the
+/// row is skipped over as text, so a row nested past what a JSON value in wasm can be decoded to
+/// (128 levels) is found by its scalars as any other, and a wide row is not decoded whole.
+pub fn server_row_tokens(indexes: &Indexes, table: &str, row: &str) -> Result<Option<Vec<String>>, String> {
+    let Some(columns) = indexes.get(table) else { return Ok(None) };
+    let fields: BTreeMap<std::borrow::Cow<'_, str>, &serde_json::value::RawValue> =
+        serde_json::from_str(row).map_err(|e| format!("a staged row does not decode: {e}"))?;
+    let mut tokens = Vec::new();
+    for column in columns {
+        let Some(raw) = fields.get(column.as_str()) else { continue };
+        if raw.get().starts_with(['[', '{']) {
+            continue;
+        }
+        let value: Value = crate::pages::decode(raw.get()).map_err(|e| format!("a staged row does not decode: {e}"))?;
+        tokens.extend(token(table, column, &value));
+    }
+    Ok(Some(tokens))
+}
+
 /// The first condition of `conditions` that a declared index of `table` can answer, as its token.
 pub fn lookup(indexes: &Indexes, table: &str, conditions: &serde_json::Map<String, Value>) -> Option<String> {
     let columns = indexes.get(table)?;

@@ -237,11 +237,11 @@ impl Store {
     }
 
     /// Gives the stored record `js` of a row the server delivered (its JSON text `row`) the tokens
-    /// of its table's declared indexes: the row is decoded only for such a table.
-    fn set_server_row_tokens(&self, js: &JsValue, table: &str, pk: &str, row: &str) -> Result<(), ClientError> {
-        if self.indexes.contains_key(table) {
-            let record = RowRecord { table: table.into(), pk: pk.into(), bucket: None, base: None, visible: Some(staged_row(row)?) };
-            self.set_tokens(js, &record)?;
+    /// of its table's declared indexes (`indexes::server_row_tokens`).
+    fn set_server_row_tokens(&self, js: &JsValue, table: &str, row: &str) -> Result<(), ClientError> {
+        let tokens = crate::indexes::server_row_tokens(&self.indexes, table, row).map_err(|e| ClientError::new("STORAGE_CORRUPT", e))?;
+        if let Some(tokens) = tokens {
+            let _ = js_sys::Reflect::set(js, &"eq".into(), &to_js(&tokens)?);
         }
         Ok(())
     }
@@ -624,7 +624,7 @@ impl<'p> ServerRows<'p> {
         let records: Array = js_sys::JSON::parse(text).map_err(|_| corrupt())?.unchecked_into();
         for (i, (table, pk, row)) in self.rows.drain(..).enumerate() {
             let record = records.get(i as u32);
-            store.set_server_row_tokens(&record, &table, &pk, row)?;
+            store.set_server_row_tokens(&record, &table, row)?;
             drop(rows.put(record).with_key(row_key(&table, &pk)).primitive().map_err(failed)?);
         }
         self.text.clear();

@@ -265,6 +265,40 @@ async fn numbers_beyond_a_double_arrive_as_json_parse_reads_them_on_every_page()
     }
 }
 
+/// A row nested deeper than a JSON value in wasm can be decoded to (128 levels: a `jsonb` value
+/// written in plain SQL; the gateway refuses writes nested past 64) in a table with declared
+/// indexes is stored and found by its indexed columns as any other: only those columns are read in
+/// wasm (reading the whole row for its tokens failed the run, every time). The answer is rewritten
+/// on its way in, as above.
+#[wasm_bindgen_test]
+async fn a_row_nested_past_128_levels_in_an_indexed_table_is_pulled_and_found() {
+    let user = random_id();
+    let ids = write_rows(&user, 2).await;
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let opts = options(&format!("deep-rows-{}", random_id()), &user);
+    Reflect::set(&opts, &"fetch".into(), &titles_rewritten("kizuna_pull", &format!(r#""title": {deep}"#))).unwrap();
+    set(&opts, "pullLimit", json!(1));
+    set(&opts, "indexes", json!({"todos": ["done", "position"]}));
+    let client = open(&opts).await;
+    ok(client.pull()).await;
+    // Read as JS values: the test's own decoder stops at 128 levels too.
+    let ids_of = |rows: wasm_bindgen::JsValue| -> Vec<String> {
+        js_sys::Array::from(&rows).iter().map(|r| Reflect::get(&r, &"id".into()).unwrap().as_string().unwrap()).collect()
+    };
+    let found = call(client.query("todos".into(), Some(to_js(&json!({"where": {"done": false}}))))).await.unwrap();
+    let mut found = ids_of(found);
+    found.sort();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(found, expected);
+    let second = call(client.query("todos".into(), Some(to_js(&json!({"where": {"position": 1}}))))).await.unwrap();
+    assert_eq!(ids_of(second), vec![ids[1].clone()]);
+    let row = call(client.get("todos".into(), ids[0].clone().into())).await.unwrap();
+    let title = js_sys::JSON::stringify(&Reflect::get(&row, &"title".into()).unwrap()).unwrap();
+    assert_eq!(String::from(title), deep, "the row as JSON.parse reads it");
+    client.close();
+}
+
 /// A run of many pages commits its staged rows as the closing page's: a key with a pending edit
 /// keeps the edit over the server's row, the declared index finds staged rows as a scan does, and
 /// a later run's staged tombstones remove their rows.
