@@ -15,5 +15,5 @@ pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<JsValue, String> {
 /// A plain JS object (one `encode` made, or any JSON-shaped value) as `T`.
 pub fn decode<T: DeserializeOwned>(value: &JsValue) -> Result<T, String> {
     let text = js_sys::JSON::stringify(value).map_err(|_| "JSON.stringify refused the value".to_string())?;
-    serde_json::from_str(&String::from(text)).map_err(|e| e.to_string())
+    kizuna_protocol::read_deep(&String::from(text)).map_err(|e| e.to_string())
 }

@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 
 use kizuna_engine::PageHead;
-use kizuna_protocol::{js_safe_text, Conflict, Lifecycle, Row};
+use kizuna_protocol::{js_safe_text, read_deep, Conflict, Lifecycle, Row};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -85,10 +85,11 @@ pub fn read_page(text: String) -> Result<Pulled, String> {
     Ok(Pulled { head, text })
 }
 
-/// Decodes a server's answer, numbers as `JSON.parse` reads them (`js_safe_text`): straight from
-/// the text, so the package carries one decoder of each answer, not a second one through a JSON value.
+/// Decodes a server's answer, numbers as `JSON.parse` reads them (`js_safe_text`) and nested as
+/// deep as `read_deep` reads: straight from the text, so the package carries one decoder of each
+/// answer, not a second one through a JSON value.
 pub fn decode<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
-    serde_json::from_str(&js_safe_text(text))
+    read_deep(&js_safe_text(text))
 }
 
 /// A staged row's text as a row, numbers as `JSON.parse` reads them. Through a JSON value, which

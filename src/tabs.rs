@@ -74,7 +74,7 @@ pub fn events_text(events: Vec<Event>) -> Result<String, String> {
 
 /// The events `events_text` wrote.
 pub fn events_of(text: &str) -> Result<Vec<Event>, String> {
-    match serde_json::from_str::<Message>(text).map_err(|e| e.to_string())? {
+    match kizuna_protocol::read_deep::<Message>(text).map_err(|e| e.to_string())? {
         Message::Commit { events, .. } => Ok(events),
         _ => Err("not a record of events".into()),
     }
@@ -227,7 +227,7 @@ fn post_all(channel: &web_sys::BroadcastChannel, outgoing: &RefCell<Vec<Message>
 /// A message as `post_all` posts it, or as an object (posted by a tab of an earlier version).
 fn message_of(data: &JsValue) -> Option<Message> {
     match data.as_string() {
-        Some(text) => serde_json::from_str(&text).ok(),
+        Some(text) => kizuna_protocol::read_deep(&text).ok(),
         None => crate::js::decode(data).ok(),
     }
 }

@@ -264,7 +264,7 @@ fn request_of(bytes: &[u8]) -> Result<&str, ApiError> {
             ApiError::bad_json(format!("request body is not valid JSON: {e}"))
         }
     })?;
-    if nesting_exceeds(body.request.get().as_bytes(), MAX_JSON_DEPTH) {
+    if kizuna_protocol::nesting_exceeds(body.request.get().as_bytes(), MAX_JSON_DEPTH) {
         return Err(ApiError::bad_json(format!(
             "request is nested deeper than {MAX_JSON_DEPTH} levels"
         )));
@@ -272,33 +272,6 @@ fn request_of(bytes: &[u8]) -> Result<&str, ApiError> {
     Ok(body.request.get())
 }
 
-/// True when arrays and objects in this (valid) JSON nest deeper than `max`.
-fn nesting_exceeds(json: &[u8], max: usize) -> bool {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for &b in json {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > max {
-                    return true;
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    false
-}
 
 /// Server-Sent Events, for a token in the `Authorization` header only: a token in a URL ends up in
 /// browser, proxy and server logs, so `?access_token=` is refused, not read.

@@ -353,7 +353,7 @@ async fn a_number_beyond_a_double_in_a_refusal_stalls_nothing() {
     let user = random_id();
     let huge = format!("1{}", "0".repeat(400));
     let opts = options(&format!("huge-verdict-{}", random_id()), &user);
-    Reflect::set(&opts, &"fetch".into(), &titles_rewritten("kizuna_push", &format!(r#""title": {huge}, "low": -{huge}"#))).unwrap();
+    Reflect::set(&opts, &"fetch".into(), &titles_rewritten(&["kizuna_push"], &format!(r#""title": {huge}, "low": -{huge}"#))).unwrap();
     let client = open(&opts).await;
     let rejected = record(&client, "rejected");
     let (id, next) = (random_id(), random_id());

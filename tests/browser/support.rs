@@ -200,16 +200,16 @@ pub async fn reap_all_tombstones() -> Value {
     operator(json!({"action": "reap", "tombstone_retention_seconds": 0})).await
 }
 
-/// A `fetch` option whose answers to `function` reach the client with every row's `"title": "..."`
-/// replaced by `columns` (JSON text): values no synced table of the tests can hold.
-pub fn titles_rewritten(function: &str, columns: &str) -> js_sys::Function {
+/// A `fetch` option whose answers to the RPCs `functions` reach the client with every row's
+/// `"title": "..."` replaced by `columns` (JSON text): values no synced table of the tests can hold.
+pub fn titles_rewritten(functions: &[&str], columns: &str) -> js_sys::Function {
     let body = format!(
         "return fetch(url, init).then(async (r) => {{
-           if (!String(url).endsWith({})) return r;
+           if (!{}.some((f) => String(url).endsWith(f))) return r;
            const text = (await r.text()).replace(/\"title\": ?\"[^\"]*\"/g, {});
            return new Response(text, {{ status: r.status, headers: r.headers }});
          }})",
-        serde_json::to_string(function).unwrap(),
+        serde_json::to_string(functions).unwrap(),
         serde_json::to_string(columns).unwrap()
     );
     js_sys::Function::new_with_args("url, init", &body)

@@ -10,7 +10,9 @@ use uuid::Uuid;
 
 mod errors;
 mod js_numbers;
+mod json_text;
 pub use js_numbers::js_safe_text;
+pub use json_text::{nesting_exceeds, read_deep, MAX_READ_DEPTH};
 pub use errors::{ErrorBody, ErrorClass, codes};
 
 /// The only protocol version this crate speaks.
