@@ -141,7 +141,7 @@ export interface ClientOptions<DB extends object = AnyTables> {
 }
 
 export interface WriteOptions {
-  /** Hold the write until this time (Date or ms since epoch); the server answers DELAYED before it. */
+  /** Hold the write until this time (Date or ms since epoch, years 1 to 9999); the server answers DELAYED before it. */
   applyAfter?: Date | number;
   /** Override the table's latest-only setting for this write. */
   latestOnly?: boolean;

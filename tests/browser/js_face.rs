@@ -292,3 +292,28 @@ async fn a_value_nested_past_what_the_server_takes_is_refused_at_the_call() {
     assert_eq!(server_view(&user, "todos", &id).await["title"], "deep");
     js(&client, "client.close()");
 }
+
+/// A delay window the wire cannot name (its RFC 3339 text has four-digit years, and PostgreSQL no
+/// year 0) is refused at the call: sent, it failed its whole push request as malformed, and the
+/// writes behind it waited until it became a dead letter. The earliest instant it can name is in
+/// the past, so the write goes at once.
+#[wasm_bindgen_test]
+async fn a_delay_the_wire_cannot_name_is_refused_at_the_call() {
+    let user = random_id();
+    let client = open_in_js(&format!("far-{}", random_id()), &user).await;
+    for after in ["1e300", "-1e300", "new Date(-8.64e15)", "253402300800000", "new Date('0000-12-31T23:59:59.999Z')"] {
+        let snippet = format!("return client.put('todos', 'k', {{title: 'x'}}, {{applyAfter: {after}}})");
+        let err = js_await(&client, &snippet).await.expect_err(&snippet);
+        assert_eq!(error_code(&err), "INVALID_ARGUMENT", "{snippet}");
+    }
+    assert_eq!(from_js(js(&client, "return client.pendingWrites()")), json!([]), "nothing was stored");
+    let (id, next) = (random_id(), random_id());
+    js_await(&client, &format!("return client.put('todos', '{id}', {{id: '{id}', title: 'old'}}, {{applyAfter: new Date('0001-01-01T00:00:00.000Z')}})")).await.expect("year 1");
+    js_await(&client, &format!("return client.put('todos', '{next}', {{id: '{next}', title: 'next'}})")).await.expect("a write behind it");
+    js_await(&client, "return client.sync()").await.expect("sync");
+    assert_eq!(from_js(js(&client, "return client.pendingWrites()")), json!([]));
+    assert_eq!(from_js(js(&client, "return client.deadLetters()")), json!([]));
+    assert_eq!(server_view(&user, "todos", &id).await["title"], "old");
+    assert_eq!(server_view(&user, "todos", &next).await["title"], "next");
+    js(&client, "client.close()");
+}

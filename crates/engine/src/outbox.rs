@@ -134,6 +134,11 @@ fn validate(writes: &[LocalWrite]) -> Result<(), EngineError> {
             }
             _ => {}
         }
+        if w.apply_after.is_some_and(|t| !crate::wire_time::WIRE_TIMES.contains(&t)) {
+            return Err(EngineError::invalid(format!(
+                "write {i}: apply_after must fall in the years 1 to 9999, the times the wire can name"
+            )));
+        }
     }
     Ok(())
 }

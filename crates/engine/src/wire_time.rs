@@ -2,7 +2,11 @@
 
 use crate::records::Millis;
 
-/// Formats `ms` as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC).
+/// The instants the wire's text can name: four-digit years, from 0001 (PostgreSQL has no year 0)
+/// to 9999. A write delayed to another would be refused by the server with its whole request.
+pub const WIRE_TIMES: std::ops::RangeInclusive<Millis> = -62_135_596_800_000..=253_402_300_799_999;
+
+/// Formats `ms` as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC); `ms` within `WIRE_TIMES`.
 pub fn rfc3339(ms: Millis) -> String {
     let days = ms.div_euclid(86_400_000);
     let in_day = ms.rem_euclid(86_400_000);
@@ -34,5 +38,7 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(951_782_400_123), "2000-02-29T00:00:00.123Z");
         assert_eq!(rfc3339(1_767_225_599_999), "2025-12-31T23:59:59.999Z");
+        assert_eq!(rfc3339(*super::WIRE_TIMES.start()), "0001-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(*super::WIRE_TIMES.end()), "9999-12-31T23:59:59.999Z");
     }
 }

@@ -5,7 +5,7 @@ mod support;
 use std::collections::BTreeSet;
 
 use kizuna_engine::protocol::Op;
-use kizuna_engine::{ChangeOrigin, Config, Event, StoreOp};
+use kizuna_engine::{ChangeOrigin, Config, Event, LocalWrite, StoreOp};
 use serde_json::json;
 use support::*;
 
@@ -43,6 +43,10 @@ fn invalid_writes_change_nothing() {
         vec![lw("t", "1", Op::Upsert, None)],
         vec![lw("t", "1", Op::Delete, Some(json!({"a": 1})))],
         vec![lw("t", "1", Op::Upsert, Some(json!({"a": 1}))), lw("t", "2", Op::Patch, None)],
+        // A delay to a time the wire's RFC 3339 text cannot name (before year 1, after 9999).
+        vec![LocalWrite { apply_after: Some(-62_135_596_800_001), ..lw("t", "1", Op::Delete, None) }],
+        vec![LocalWrite { apply_after: Some(253_402_300_800_000), ..lw("t", "1", Op::Delete, None) }],
+        vec![LocalWrite { apply_after: Some(i64::MIN), ..lw("t", "1", Op::Delete, None) }],
     ] {
         let err = h.write_all(bad).unwrap_err();
         assert_eq!(err.code, "INVALID_ARGUMENT");
