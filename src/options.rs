@@ -92,9 +92,12 @@ impl ClientOptions {
         if plain.buckets.iter().any(|b| b.is_empty()) {
             return Err(invalid("options.buckets must not contain empty names"));
         }
+        // Waits longer than a browser timer holds (about 24.8 days) are held to that: added to the
+        // clock, 1e300 ms overflowed, and the engine's next time fell into the past (a tight loop).
+        const LONGEST_WAIT_MS: f64 = i32::MAX as f64;
         let mut config = Config { buckets: plain.buckets, ..Config::default() };
         if let Some(v) = plain.pull_interval_ms {
-            config.pull_interval_ms = v.max(100.0) as i64;
+            config.pull_interval_ms = v.clamp(100.0, LONGEST_WAIT_MS) as i64;
         }
         if let Some(v) = plain.pull_limit {
             config.pull_limit = v.clamp(1, 10_000);
@@ -103,10 +106,10 @@ impl ClientOptions {
             config.max_slice = v.clamp(1, 10_000) as usize;
         }
         if let Some(v) = plain.retry_base_ms {
-            config.retry_base_ms = v.max(1.0) as i64;
+            config.retry_base_ms = v.clamp(1.0, LONGEST_WAIT_MS) as i64;
         }
         if let Some(v) = plain.retry_max_ms {
-            config.retry_max_ms = v.max(1.0) as i64;
+            config.retry_max_ms = v.clamp(1.0, LONGEST_WAIT_MS) as i64;
         }
         config.latest_only_tables = plain.latest_only_tables.unwrap_or_default().into_iter().collect::<BTreeSet<_>>();
         let transport = Transport {

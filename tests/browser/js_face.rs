@@ -317,3 +317,20 @@ async fn a_delay_the_wire_cannot_name_is_refused_at_the_call() {
     assert_eq!(server_view(&user, "todos", &next).await["title"], "next");
     js(&client, "client.close()");
 }
+
+/// Waits no timer can hold (`pullIntervalMs`, `retryBaseMs`, `retryMaxMs` of 1e300) are held to the
+/// longest a browser timer waits: added to the clock they overflowed (a debug build panicked and
+/// the sync never settled; a release build's next time fell into the past, a tight loop).
+#[wasm_bindgen_test]
+async fn waits_longer_than_a_timer_holds_are_held_to_the_longest() {
+    let user = random_id();
+    let opts = options(&format!("waits-{}", random_id()), &user);
+    for key in ["pullIntervalMs", "retryBaseMs", "retryMaxMs"] {
+        set(&opts, key, json!(1e300));
+    }
+    let client = open(&opts).await;
+    ok(client.put("todos".into(), "w".into(), to_js(&json!({"id": "w", "title": "x"})), None)).await;
+    ok(client.sync()).await;
+    assert_eq!(from_js(client.pending_writes()), json!([]));
+    client.close();
+}
