@@ -39,15 +39,15 @@ pub fn tokens(indexes: &Indexes, record: &RowRecord) -> Option<Vec<String>> {
 /// (128 levels) is found by its scalars as any other, and a wide row is not decoded whole.
 pub fn server_row_tokens(indexes: &Indexes, table: &str, row: &str) -> Result<Option<Vec<String>>, String> {
     let Some(columns) = indexes.get(table) else { return Ok(None) };
-    let fields: BTreeMap<std::borrow::Cow<'_, str>, &serde_json::value::RawValue> =
-        serde_json::from_str(row).map_err(|e| format!("a staged row does not decode: {e}"))?;
+    let undecodable = |e: serde_json::Error| format!("a staged row does not decode: {e}");
+    let fields: BTreeMap<std::borrow::Cow<'_, str>, &serde_json::value::RawValue> = serde_json::from_str(row).map_err(undecodable)?;
     let mut tokens = Vec::new();
     for column in columns {
         let Some(raw) = fields.get(column.as_str()) else { continue };
         if raw.get().starts_with(['[', '{']) {
             continue;
         }
-        let value: Value = crate::pages::decode(raw.get()).map_err(|e| format!("a staged row does not decode: {e}"))?;
+        let value: Value = crate::pages::decode(raw.get()).map_err(undecodable)?;
         tokens.extend(token(table, column, &value));
     }
     Ok(Some(tokens))

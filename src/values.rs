@@ -185,8 +185,8 @@ fn json(value: &JsValue, what: &dyn Display, depth: usize) -> Result<Value, JsVa
 
 /// The depth inside an array or object found `depth` levels down, or a refusal past
 /// `MAX_COLUMN_DEPTH`: the server would refuse the whole push request that carried it (holding back
-/// every write behind it until this one became a dead letter), an outbox entry nested past 128
-/// levels would not decode when the database is next opened, and an object that holds itself
+/// every write behind it until this one became a dead letter), an outbox entry nested past what
+/// `read_deep` reads would not decode when the database is next opened, and an object that holds itself
 /// would recurse until the stack ran out.
 fn nested(depth: usize, what: &dyn Display) -> Result<usize, JsValue> {
     if depth < MAX_COLUMN_DEPTH {

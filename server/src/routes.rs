@@ -272,7 +272,6 @@ fn request_of(bytes: &[u8]) -> Result<&str, ApiError> {
     Ok(body.request.get())
 }
 
-
 /// Server-Sent Events, for a token in the `Authorization` header only: a token in a URL ends up in
 /// browser, proxy and server logs, so `?access_token=` is refused, not read.
 async fn wake(State(app): State<AppState>, headers: HeaderMap, uri: axum::http::Uri) -> Response {

@@ -21,11 +21,17 @@ async fn write_rows(user: &str, count: usize) -> Vec<String> {
     ids
 }
 
-/// A client of `user` pulling a row a page, whose pull answers reach it with every row's `"title":
+/// Options of a client of `user` whose answers to `functions` reach it with every row's `"title":
 /// "..."` replaced by `columns` (JSON text): values no synced table of the tests can hold.
-async fn open_with_titles_rewritten(name: &str, user: &str, columns: &str) -> kizunasync::KizunaClient {
+fn titles_rewritten_options(name: &str, user: &str, functions: &[&str], columns: &str) -> js_sys::Object {
     let opts = options(&format!("{name}-{}", random_id()), user);
-    Reflect::set(&opts, &"fetch".into(), &titles_rewritten(&["kizuna_pull"], columns)).unwrap();
+    Reflect::set(&opts, &"fetch".into(), &titles_rewritten(functions, columns)).unwrap();
+    opts
+}
+
+/// A client of `user` pulling a row a page, its pull answers rewritten (`titles_rewritten_options`).
+async fn open_with_titles_rewritten(name: &str, user: &str, columns: &str) -> kizunasync::KizunaClient {
+    let opts = titles_rewritten_options(name, user, &["kizuna_pull"], columns);
     set(&opts, "pullLimit", json!(1));
     open(&opts).await
 }
@@ -239,8 +245,7 @@ async fn numbers_beyond_a_double_arrive_as_json_parse_reads_them_on_every_page()
     let huge = format!("1{}", "0".repeat(400));
     for indexed in [false, true] {
         // A row a page: the first two are staged, the third comes on the closing page.
-        let opts = options(&format!("huge-numbers-{}", random_id()), &user);
-        Reflect::set(&opts, &"fetch".into(), &titles_rewritten(&["kizuna_pull"], &format!(r#""title": 1e400, "low": [-{huge}]"#))).unwrap();
+        let opts = titles_rewritten_options("huge-numbers", &user, &["kizuna_pull"], &format!(r#""title": 1e400, "low": [-{huge}]"#));
         set(&opts, "pullLimit", json!(1));
         if indexed {
             set(&opts, "indexes", json!({"todos": ["done"]}));
@@ -275,8 +280,7 @@ async fn a_row_nested_past_128_levels_in_an_indexed_table_is_pulled_and_found() 
     let user = random_id();
     let ids = write_rows(&user, 2).await;
     let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
-    let opts = options(&format!("deep-rows-{}", random_id()), &user);
-    Reflect::set(&opts, &"fetch".into(), &titles_rewritten(&["kizuna_pull"], &format!(r#""title": {deep}"#))).unwrap();
+    let opts = titles_rewritten_options("deep-rows", &user, &["kizuna_pull"], &format!(r#""title": {deep}"#));
     set(&opts, "pullLimit", json!(1));
     set(&opts, "indexes", json!({"todos": ["done", "position"]}));
     let client = open(&opts).await;
@@ -310,8 +314,7 @@ async fn a_row_nested_500_levels_deep_is_written_over_rebased_and_restored() {
     let user = random_id();
     let ids = write_rows(&user, 2).await;
     let deep = format!("{}1{}", "[".repeat(500), "]".repeat(500));
-    let opts = options(&format!("deep-writes-{}", random_id()), &user);
-    Reflect::set(&opts, &"fetch".into(), &titles_rewritten(&["kizuna_pull", "kizuna_push"], &format!(r#""title": {deep}"#))).unwrap();
+    let opts = titles_rewritten_options("deep-writes", &user, &["kizuna_pull", "kizuna_push"], &format!(r#""title": {deep}"#));
     let client = open(&opts).await;
     ok(client.pull()).await;
     // Written over: the stored row is read first.
