@@ -18,11 +18,14 @@ pub type Indexes = BTreeMap<String, Vec<String>>;
 const SEPARATOR: char = '\u{1F}';
 
 /// The token a row with `column` equal to `value` in `table` is found under; `None` for a value
-/// that is not indexed (an object or an array).
+/// that is not indexed (an object or an array). A number is written in one form for each double
+/// (`js_equal::as_js_number`): a server's `5.00` is found by the app's `5`, as `===` finds it.
 pub fn token(table: &str, column: &str, value: &Value) -> Option<String> {
-    if value.is_object() || value.is_array() {
-        return None;
-    }
+    let value = match value {
+        Value::Object(_) | Value::Array(_) => return None,
+        Value::Number(n) => crate::js_equal::as_js_number(n),
+        scalar => scalar.clone(),
+    };
     Some(format!("{table}{SEPARATOR}{column}{SEPARATOR}{value}"))
 }
 

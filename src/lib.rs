@@ -9,6 +9,7 @@ mod error;
 mod events;
 mod indexes;
 mod js;
+mod js_equal;
 mod leader;
 mod options;
 mod pages;

@@ -48,6 +48,10 @@ const UNHEARD: &str = "unheard:";
 const PAST_UNHEARD: &str = "unheard;";
 /// The declared indexes the stored tokens were made for.
 const INDEXES_KEY: &str = "indexes";
+/// How the stored tokens write their values (`indexes::token`); tokens of another form are remade.
+const TOKEN_FORM_KEY: &str = "tokenForm";
+/// 2: a number in one form for each double (a server's `5.00` was `5.0`, apart from the app's `5`).
+const TOKEN_FORM: f64 = 2.0;
 const SCHEMA_VERSION: u32 = 2;
 /// Rows moved or re-tokened per request while a schema or declaration changes.
 const CHUNK: u32 = 2_000;
@@ -172,7 +176,12 @@ impl Store {
             .with_mode(TransactionMode::Readwrite).build().map_err(failed)?;
         let meta = store(&tx, META)?;
         let before: Indexes = get(&meta, INDEXES_KEY.into()).await?.map(from_js).transpose()?.unwrap_or_default();
-        let retoken = crate::indexes::changed_tables(&before, &self.indexes);
+        let mut retoken = crate::indexes::changed_tables(&before, &self.indexes);
+        let form_changed = get(&meta, TOKEN_FORM_KEY.into()).await?.and_then(|f| f.as_f64()) != Some(TOKEN_FORM);
+        if form_changed {
+            retoken.extend(self.indexes.keys().filter(|t| !retoken.contains(t)).cloned().collect::<Vec<_>>());
+            drop(meta.put(JsValue::from_f64(TOKEN_FORM)).with_key(JsValue::from_str(TOKEN_FORM_KEY)).primitive().map_err(failed)?);
+        }
         if legacy {
             let from = store(&tx, LEGACY_ROWS)?;
             self.rewrite(&from, &store(&tx, ROWS)?, None).await?;

@@ -197,7 +197,7 @@ fn nested(depth: usize, what: &dyn Display) -> Result<usize, JsValue> {
 }
 
 /// A finite number, as an integer when it is one, so `1` stays `1` on the wire.
-fn number(n: f64) -> Option<Value> {
+pub(crate) fn number(n: f64) -> Option<Value> {
     if !n.is_finite() {
         return None;
     }

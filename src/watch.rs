@@ -55,7 +55,7 @@ impl Filter {
     /// your writes).
     fn admit(&self, record: &RowRecord, unplaced_here: impl FnOnce() -> bool) -> Option<Row> {
         let row = record.visible.as_ref()?;
-        if !self.conditions.iter().all(|(k, v)| row.get(k) == Some(v)) {
+        if !self.conditions.iter().all(|(k, v)| row.get(k).is_some_and(|got| crate::js_equal::same(got, v))) {
             return None;
         }
         if let Some(bucket) = &self.bucket {
@@ -73,7 +73,7 @@ impl Filter {
     /// The whole result for `table`, by primary key, as JS rows straight from IndexedDB (see
     /// `Store::records_where`), through a declared equality index, the bucket's or the table's.
     /// Conditions are compared in JS: a string, number, boolean or null with `===`, anything else
-    /// as JSON.
+    /// as JSON (`js_equal::same`).
     pub async fn select(&self, inner: &Inner, table: &str, mut each: impl FnMut(JsValue, JsValue)) -> Result<(), ClientError> {
         let indexed = crate::indexes::lookup(inner.store.indexes(), table, &self.conditions);
         let conditions = Conditions::new(&self.conditions);
@@ -160,8 +160,8 @@ fn field(record: &JsValue, name: &str) -> JsValue {
 
 /// A filter's `where`, ready to test JS rows.
 struct Conditions {
-    /// Column, and the value: a scalar as a JS value (`===`), anything else as its JSON text.
-    tests: Vec<(JsValue, Result<JsValue, String>)>,
+    /// Column, and the value: a scalar as a JS value (`===`), anything else as JSON.
+    tests: Vec<(JsValue, Result<JsValue, Value>)>,
 }
 
 impl Conditions {
@@ -170,7 +170,7 @@ impl Conditions {
             .iter()
             .map(|(column, value)| {
                 let test = match value {
-                    Value::Object(_) | Value::Array(_) => Err(value.to_string()),
+                    Value::Object(_) | Value::Array(_) => Err(value.clone()),
                     scalar => Ok(crate::js::encode(scalar).unwrap_or(JsValue::NULL)),
                 };
                 (JsValue::from_str(column), test)
@@ -186,14 +186,11 @@ impl Conditions {
             let got = Reflect::get(&row, column).unwrap_or(JsValue::UNDEFINED);
             match test {
                 Ok(scalar) => !got.is_undefined() && got == *scalar,
-                Err(json) => crate::js::decode::<Value>(&got).is_ok_and(|v| v.to_string() == *json),
+                Err(json) => crate::js::decode::<Value>(&got).is_ok_and(|v| crate::js_equal::same(&v, json)),
             }
         });
         meets.then_some(row)
     }
-}
-
-impl Filter {
 }
 
 struct Watch {
