@@ -50,9 +50,11 @@ create or replace function kizuna.hlc_clamp(h text) returns text language sql vo
             from kizuna.settings s) l
 $$;
 
--- The SQL type of a table's column, from the catalog (for casts of the wire's text keys).
+-- The SQL type of a table's column, from the catalog (for casts of the wire's text keys), without
+-- its length or precision: an explicit cast to varchar(8) or numeric(6, 2) cuts or rounds quietly,
+-- so a key one character too long named the row of its first eight (a delete removed it).
 create or replace function kizuna.column_type(rel regclass, col name) returns text language sql stable as $$
-  select format_type(a.atttypid, a.atttypmod)
+  select format_type(a.atttypid, null)
     from pg_attribute a where a.attrelid = rel and a.attname = col and a.attnum > 0 and not a.attisdropped
 $$;
 

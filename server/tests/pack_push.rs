@@ -196,6 +196,32 @@ async fn a_key_sent_in_another_spelling_is_the_same_key() {
     assert_eq!(statuses(&r), ["REJECTED:SCHEMA_MISMATCH"]);
 }
 
+/// A key longer or finer than its column holds names no row: the wire's text key is cast to the
+/// column's type without its length or precision (an explicit cast to `varchar(8)` cut it to its
+/// first eight characters, and a delete of one key removed another row), alone and in a run of
+/// deletes applied set-based.
+#[tokio::test]
+async fn a_key_longer_than_its_column_names_no_other_row() {
+    let db = TestDb::new().await;
+    db.owned_table("codes", "id varchar(8) primary key, label text", "").await;
+    db.owned_table("prices", "id numeric(6, 2) primary key, label text", "").await;
+    let alice = Caller::user(ALICE);
+    let r = db
+        .push(&alice, push_request(DEVICE, vec![mutation(1, "codes", "abcdefgh", "upsert", json!({"label": "kept"})), mutation(2, "prices", "1.01", "upsert", json!({"label": "kept"}))]))
+        .await
+        .unwrap();
+    assert_eq!(statuses(&r), ["APPLIED", "APPLIED"]);
+    let r = db.push(&alice, push_request(DEVICE, vec![mutation(3, "codes", "abcdefghXYZ", "delete", Value::Null), mutation(4, "prices", "1.005", "delete", Value::Null)])).await.unwrap();
+    assert_eq!(r["verdicts"].as_array().unwrap().len(), 2, "{r}");
+    let deletes: Vec<Value> = (0..6).map(|i| mutation(5 + i, "codes", &format!("abcdefgh{i}"), "delete", Value::Null)).collect();
+    let r = db.push(&alice, push_request(DEVICE, deletes)).await.unwrap();
+    assert_eq!(r["verdicts"].as_array().unwrap().len(), 6, "{r}");
+    let r = db.push(&alice, push_request(DEVICE, vec![mutation(11, "codes", "abcdefghXYZ", "patch", json!({"label": "changed"}))])).await.unwrap();
+    assert_eq!(r["verdicts"].as_array().unwrap().len(), 1, "{r}");
+    assert_eq!(db.one::<String>("select label from public.codes where id = 'abcdefgh'").await, "kept");
+    assert_eq!(db.one::<String>("select label from public.prices where id = 1.01").await, "kept");
+}
+
 #[tokio::test]
 async fn a_gate_may_refuse_by_raising_and_a_row_one_may_read_but_not_write_comes_back() {
     let db = TestDb::with_todos().await;
