@@ -241,9 +241,11 @@ impl Inner {
     /// Sync health: the leader's own, or what a follower last heard from it.
     pub fn health_json(&self) -> Value {
         if !self.tabs.leading() {
-            if let Some(mut health) = self.tabs.leader_health() {
-                health["leader"] = Value::Bool(false);
-                return health;
+            // Another tab's message, as it came: an object from a build of this client, anything from
+            // other code on the channel (indexing a non-object would panic).
+            if let Some(Value::Object(mut health)) = self.tabs.leader_health() {
+                health.insert("leader".into(), Value::Bool(false));
+                return Value::Object(health);
             }
         }
         let h = self.engine.borrow().health(now());

@@ -334,3 +334,29 @@ async fn waits_longer_than_a_timer_holds_are_held_to_the_longest() {
     assert_eq!(from_js(client.pending_writes()), json!([]));
     client.close();
 }
+
+/// A message on the tabs' channel that no build of this client sends (other code of the page may
+/// post there) does not break a follower: `getSyncHealth()` answers (a heartbeat whose health was
+/// not an object trapped the module, and the client with it).
+#[wasm_bindgen_test]
+async fn a_stray_message_on_the_tabs_channel_breaks_no_follower() {
+    let (name, user) = (format!("stray-{}", random_id()), random_id());
+    let first = open(&options(&name, &user)).await;
+    let second = open(&options(&name, &user)).await;
+    sleep(100).await;
+    let leads = |c: &kizunasync::KizunaClient| from_js(c.get_sync_health())["leader"] == json!(true);
+    let follower = if leads(&first) { &second } else { &first };
+    assert!(!leads(follower), "one of the two follows");
+    let channel = web_sys::BroadcastChannel::new(&format!("kizuna:{name}")).unwrap();
+    for stray in [r#"{"heartbeat":{"from":"x","health":1}}"#, r#"{"heartbeat":{"from":"x","health":[true]}}"#, "nonsense", "{}"] {
+        channel.post_message(&JsValue::from_str(stray)).unwrap();
+        sleep(50).await;
+        let health = from_js(follower.get_sync_health());
+        assert!(health.is_object(), "{stray}: {health}");
+        assert_eq!(health["leader"], json!(false), "{stray}: {health}");
+    }
+    channel.close();
+    ok(follower.put("todos".into(), "k".into(), to_js(&json!({"id": "k"})), None)).await;
+    first.close();
+    second.close();
+}
