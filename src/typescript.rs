@@ -171,7 +171,7 @@ export interface SyncHealth {
 export interface SyncStatus { pending: number; retrying: number; deadLetters: number; applied: number; rejected: number; skipped: number; delayed: number; }
 export interface SyncReport { pushes: number; pulled: boolean; pushError: { code: ErrorCode; message: string; status: number | null } | null; }
 export interface QueryFilter<R extends object = Row> {
-  /** Columns that must equal these values. */
+  /** Columns that must equal these values (as `===` compares them; a value of `undefined` is refused: `null` finds null). */
   where?: Partial<R>;
   /** Only rows the server placed in this bucket (and rows written here that no pull has placed yet). */
   bucket?: string;

@@ -16,6 +16,7 @@ use kizuna_engine::{Event, RowKey, RowRecord};
 use kizuna_protocol::Row;
 use serde_json::Value;
 use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
 
 use crate::api::invalid;
 use crate::error::ClientError;
@@ -45,6 +46,16 @@ impl Filter {
         }
         let w = Reflect::get(&filter, &"where".into()).unwrap_or_default();
         let conditions = if w.is_undefined() { Row::new() } else { values::row(&w, "filter.where")? };
+        // A row leaves an undefined column out, as JSON.stringify does; a condition left out would
+        // match every row (`{ owner: user?.id }` with no user), so it is refused.
+        if w.is_object() {
+            for key in js_sys::Object::keys(w.unchecked_ref::<js_sys::Object>()).iter() {
+                if Reflect::get(&w, &key).unwrap_or_default().is_undefined() {
+                    let name = key.as_string().unwrap_or_default();
+                    return Err(invalid(format!("filter.where.{name} is undefined: a condition needs a value (null finds null)")));
+                }
+            }
+        }
         let b = Reflect::get(&filter, &"bucket".into()).unwrap_or_default();
         let bucket = if b.is_undefined() { None } else { Some(values::text(&b, "filter.bucket")?) };
         Ok(Filter { conditions, bucket })

@@ -360,3 +360,22 @@ async fn a_stray_message_on_the_tabs_channel_breaks_no_follower() {
     first.close();
     second.close();
 }
+
+/// A `where` condition whose value is `undefined` (`{ done: row?.done }` with no row) is refused,
+/// by a query and a live query alike: left out, as a row leaves such a column out, it would match
+/// every row.
+#[wasm_bindgen_test]
+async fn a_condition_without_a_value_is_refused() {
+    let client = open(&options(&format!("undefined-where-{}", random_id()), &random_id())).await;
+    ok(client.put("todos".into(), "a".into(), to_js(&json!({"id": "a", "done": true})), None)).await;
+    let filter = js_sys::Object::new();
+    let conditions = js_sys::Object::new();
+    js_sys::Reflect::set(&conditions, &"done".into(), &JsValue::UNDEFINED).unwrap();
+    js_sys::Reflect::set(&filter, &"where".into(), &conditions).unwrap();
+    let refused = call(client.query("todos".into(), Some(filter.clone().into()))).await.expect_err("refused");
+    assert_eq!(error_code(&refused), "INVALID_ARGUMENT");
+    let listener = Function::new_no_args("");
+    let refused = client.watch("todos".into(), filter.into(), listener.into()).expect_err("refused");
+    assert_eq!(error_code(&refused), "INVALID_ARGUMENT");
+    client.close();
+}
