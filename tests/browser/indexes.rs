@@ -145,6 +145,19 @@ async fn a_database_of_schema_1_opens_with_its_rows_and_pending_writes() {
     client.close();
 }
 
+/// A new user with `count` rows `t0`, `t1`, ... on the server, written by another device.
+async fn synced_rows(count: usize) -> String {
+    let user = random_id();
+    let writer = open(&options(&format!("writer-{}", random_id()), &user)).await;
+    for i in 0..count {
+        let id = format!("{user}.t{i}");
+        ok(writer.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "x"})), None)).await;
+    }
+    ok(writer.sync()).await;
+    writer.close();
+    user
+}
+
 /// A number a server writes in another form than the app's own for the same double (`5.00` from a
 /// `numeric(10, 2)` column, `1e2`, `1152921504606846976` for 2^60) is one value to a query, through
 /// a declared index or a scan, and to a live query as its rows change, as `===` makes it (an indexed
@@ -152,14 +165,7 @@ async fn a_database_of_schema_1_opens_with_its_rows_and_pending_writes() {
 /// The pull answers are rewritten on their way in: no synced table of the tests has such a column.
 #[wasm_bindgen_test]
 async fn a_number_the_server_writes_in_another_form_is_found_by_the_apps_own() {
-    let user = random_id();
-    let writer = open(&options(&format!("writer-{}", random_id()), &user)).await;
-    for i in 0..3 {
-        let id = format!("{user}.t{i}");
-        ok(writer.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "x"})), None)).await;
-    }
-    ok(writer.sync()).await;
-    writer.close();
+    let user = synced_rows(3).await;
     for literal in ["5.00", "1e2", "1152921504606846976"] {
         let (filter, conditions) = (js_sys::Object::new(), js_sys::Object::new());
         js_sys::Reflect::set(&conditions, &"title".into(), &js_sys::JSON::parse(literal).unwrap()).unwrap();
@@ -204,14 +210,7 @@ async fn a_number_the_server_writes_in_another_form_is_found_by_the_apps_own() {
 /// under `5.0`) has them remade at `open`, once: the app's `5` then finds those rows.
 #[wasm_bindgen_test]
 async fn tokens_of_the_earlier_form_are_remade_at_open() {
-    let user = random_id();
-    let writer = open(&options(&format!("writer-{}", random_id()), &user)).await;
-    for i in 0..2 {
-        let id = format!("{user}.t{i}");
-        ok(writer.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "x"})), None)).await;
-    }
-    ok(writer.sync()).await;
-    writer.close();
+    let user = synced_rows(2).await;
     let name = format!("forms-{}", random_id());
     let opts = options(&name, &user);
     set(&opts, "indexes", json!({"todos": ["title"]}));
