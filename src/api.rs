@@ -338,8 +338,8 @@ impl KizunaClient {
 
     /// Puts a dead letter back in the queue with a fresh budget (and a new id and sequence number).
     #[wasm_bindgen(skip_typescript, js_name = requeueDeadLetter)]
-    pub fn requeue_dead_letter(&self, seq: f64) -> Promise {
-        self.run_checked(values::whole_number(seq, "seq"), |seq, inner| async move {
+    pub fn requeue_dead_letter(&self, seq: JsValue) -> Promise {
+        self.run_checked(dead_letter_seq(&seq), |seq, inner| async move {
             inner.requeue_dead(seq).await?;
             scheduler::arm(&inner);
             Ok(JsValue::UNDEFINED)
@@ -348,8 +348,8 @@ impl KizunaClient {
 
     /// Drops a dead letter for good and restores the row it had changed.
     #[wasm_bindgen(skip_typescript, js_name = discardDeadLetter)]
-    pub fn discard_dead_letter(&self, seq: f64) -> Promise {
-        self.run_checked(values::whole_number(seq, "seq"), |seq, inner| async move {
+    pub fn discard_dead_letter(&self, seq: JsValue) -> Promise {
+        self.run_checked(dead_letter_seq(&seq), |seq, inner| async move {
             inner.discard_dead(seq).await?;
             Ok(JsValue::UNDEFINED)
         })
@@ -452,4 +452,11 @@ pub fn is_kizuna_error(error: JsValue) -> bool {
     error.is_instance_of::<js_sys::Error>()
         && Reflect::get(&error, &"name".into()).ok().and_then(|n| n.as_string()).as_deref() == Some("KizunaError")
         && Reflect::get(&error, &"code".into()).ok().is_some_and(|c| c.is_string())
+}
+
+/// A dead letter's `seq`: a whole number, refused otherwise (a string, a BigInt or null had been
+/// turned into a number by the binding, or thrown a TypeError with no code).
+fn dead_letter_seq(seq: &JsValue) -> Result<i64, JsValue> {
+    let n = seq.as_f64().ok_or_else(|| invalid("seq must be a number: the seq of a dead letter"))?;
+    values::whole_number(n, "seq")
 }

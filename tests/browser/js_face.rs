@@ -44,6 +44,10 @@ async fn bad_arguments_are_coded_errors_that_store_nothing() {
         "return client.query('todos', {bucket: 3})",
         "return client.query('todos', {wher: {done: true}})",
         "return client.requeueDeadLetter(3.5)",
+        "return client.requeueDeadLetter(1n)",
+        "return client.requeueDeadLetter('2')",
+        "return client.discardDeadLetter(null)",
+        "return client.discardDeadLetter()",
         "return client.batch([{op: 'upsert', table: 'todos', pk: 'k', row: {f: () => 1}}])",
         // What PostgreSQL cannot store, or JSON cannot carry, is refused here, not queued to fail.
         "return client.put('todos', 'k', {title: 'a\\u0000b'})",

@@ -176,10 +176,10 @@ async fn a_dead_letter_is_kept_across_a_reload_and_can_be_requeued_or_discarded(
     assert_eq!(from_js(client.status())["deadLetters"], 1);
     assert_eq!(ok(client.get("todos".into(), poison.clone().into())).await, json!(null), "its local effect stays undone");
 
-    let missing = call(client.requeue_dead_letter(first_seq + 1000.0)).await.expect_err("no such dead letter");
+    let missing = call(client.requeue_dead_letter((first_seq + 1000.0).into())).await.expect_err("no such dead letter");
     assert_eq!(error_code(&missing), "NOT_FOUND");
 
-    ok(client.requeue_dead_letter(first_seq)).await;
+    ok(client.requeue_dead_letter(first_seq.into())).await;
     assert_eq!(dead_count(&client), 0);
     let pending = from_js(client.pending_writes());
     assert_eq!(pending.as_array().unwrap().len(), 1, "{pending}");
@@ -189,7 +189,7 @@ async fn a_dead_letter_is_kept_across_a_reload_and_can_be_requeued_or_discarded(
 
     sync_until(&client, "the requeued write's dead letter", |c| dead_count(c) == 1).await;
     let second_seq = from_js(client.dead_letters())[0]["entry"]["seq"].as_f64().unwrap();
-    ok(client.discard_dead_letter(second_seq)).await;
+    ok(client.discard_dead_letter(second_seq.into())).await;
     assert_eq!(dead_count(&client), 0);
     assert_eq!(from_js(client.pending_writes()), json!([]));
     assert_eq!(from_js(client.status())["deadLetters"], 0);
