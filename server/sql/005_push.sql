@@ -481,6 +481,7 @@ declare
   cols jsonb := coalesce(nullif(m -> 'columns', 'null'), '{}');  -- "columns": null is no columns
   writable jsonb;
   key_type text;
+  col_key text;
   ks record;
   versions jsonb := '{}';
   current_row jsonb;
@@ -514,8 +515,18 @@ begin
   end if;
   writable := kizuna.writable_columns(t.rel);
   if op <> 'delete' then
+    -- The row's own key column, in the key's one spelling too: an upper-case uuid sent as the key
+    -- and as the column names one row (it was refused as differing from the key).
+    col_key := cols ->> t.pk_column;
+    if col_key is not null and key_type <> 'text' then
+      begin
+        execute format('select cast($1 as %s)::text', key_type) into col_key using col_key;
+      exception when data_exception then
+        null; -- not a valid key: it differs from the key, refused below
+      end;
+    end if;
     if exists (select 1 from jsonb_object_keys(cols) k where not writable ? k)
-       or (cols ? t.pk_column and cols ->> t.pk_column is distinct from key) then
+       or (cols ? t.pk_column and col_key is distinct from key) then
       return kizuna.rejected(m, 'SCHEMA_MISMATCH',
         coalesce((select format('the table has no writable column %s', k) from jsonb_object_keys(cols) k
                    where not writable ? k order by k limit 1),

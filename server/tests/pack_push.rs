@@ -194,6 +194,20 @@ async fn a_key_sent_in_another_spelling_is_the_same_key() {
 
     let r = db.push(&alice, push_request(DEVICE, vec![mutation(4, "tags", "not-a-uuid", "upsert", json!({"label": "y"}))])).await.unwrap();
     assert_eq!(statuses(&r), ["REJECTED:SCHEMA_MISMATCH"]);
+
+    // The row's own key column in the upper-case spelling too (it was refused as differing from
+    // the key); a column naming another key still is.
+    let other = "1a0b0c0d-1e2f-4a4b-8c8d-9e9fa0a1b2c3";
+    let r = db
+        .push(&alice, push_request(DEVICE, vec![
+            mutation(5, "tags", &other.to_uppercase(), "upsert", json!({"id": other.to_uppercase(), "label": "z"})),
+            mutation(6, "tags", other, "upsert", json!({"id": key, "label": "w"})),
+            mutation(7, "tags", other, "upsert", json!({"id": "not-a-uuid", "label": "w"})),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(statuses(&r), ["APPLIED", "REJECTED:SCHEMA_MISMATCH", "REJECTED:SCHEMA_MISMATCH"]);
+    assert_eq!(db.one::<String>(&format!("select label from public.tags where id = '{other}'")).await, "z");
 }
 
 /// A key longer or finer than its column holds names no row: the wire's text key is cast to the
