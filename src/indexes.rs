@@ -19,14 +19,20 @@ const SEPARATOR: char = '\u{1F}';
 
 /// The token a row with `column` equal to `value` in `table` is found under; `None` for a value
 /// that is not indexed (an object or an array). A number is written in one form for each double
-/// (`js_equal::as_js_number`): a server's `5.00` is found by the app's `5`, as `===` finds it.
+/// (`as_js_number`): a server's `5.00` is found by the app's `5`, as `===` finds it.
 pub fn token(table: &str, column: &str, value: &Value) -> Option<String> {
     let value = match value {
         Value::Object(_) | Value::Array(_) => return None,
-        Value::Number(n) => crate::js_equal::as_js_number(n),
+        Value::Number(n) => as_js_number(n),
         scalar => scalar.clone(),
     };
     Some(format!("{table}{SEPARATOR}{column}{SEPARATOR}{value}"))
+}
+
+/// `n` in the one form the app's own number of that value crosses in (`values::number`): an
+/// integer when the double is a whole one JS holds exactly, else the double.
+fn as_js_number(n: &serde_json::Number) -> Value {
+    n.as_f64().and_then(crate::values::number).unwrap_or_else(|| Value::Number(n.clone()))
 }
 
 /// The tokens of `record`, or `None` when its table declares no index.

@@ -9,7 +9,6 @@ mod error;
 mod events;
 mod indexes;
 mod js;
-mod js_equal;
 mod leader;
 mod options;
 mod pages;

@@ -179,7 +179,9 @@ impl Store {
         let mut retoken = crate::indexes::changed_tables(&before, &self.indexes);
         let form_changed = get(&meta, TOKEN_FORM_KEY.into()).await?.and_then(|f| f.as_f64()) != Some(TOKEN_FORM);
         if form_changed {
-            retoken.extend(self.indexes.keys().filter(|t| !retoken.contains(t)).cloned().collect::<Vec<_>>());
+            retoken.extend(self.indexes.keys().cloned());
+            retoken.sort();
+            retoken.dedup();
             drop(meta.put(JsValue::from_f64(TOKEN_FORM)).with_key(JsValue::from_str(TOKEN_FORM_KEY)).primitive().map_err(failed)?);
         }
         if legacy {

@@ -66,7 +66,7 @@ impl Filter {
     /// your writes).
     fn admit(&self, record: &RowRecord, unplaced_here: impl FnOnce() -> bool) -> Option<Row> {
         let row = record.visible.as_ref()?;
-        if !self.conditions.iter().all(|(k, v)| row.get(k).is_some_and(|got| crate::js_equal::same(got, v))) {
+        if !self.conditions.iter().all(|(k, v)| row.get(k).is_some_and(|got| kizuna_protocol::same_as_js(got, v))) {
             return None;
         }
         if let Some(bucket) = &self.bucket {
@@ -84,7 +84,7 @@ impl Filter {
     /// The whole result for `table`, by primary key, as JS rows straight from IndexedDB (see
     /// `Store::records_where`), through a declared equality index, the bucket's or the table's.
     /// Conditions are compared in JS: a string, number, boolean or null with `===`, anything else
-    /// as JSON (`js_equal::same`).
+    /// as JSON (`kizuna_protocol::same_as_js`).
     pub async fn select(&self, inner: &Inner, table: &str, mut each: impl FnMut(JsValue, JsValue)) -> Result<(), ClientError> {
         let indexed = crate::indexes::lookup(inner.store.indexes(), table, &self.conditions);
         let conditions = Conditions::new(&self.conditions);
@@ -197,7 +197,7 @@ impl Conditions {
             let got = Reflect::get(&row, column).unwrap_or(JsValue::UNDEFINED);
             match test {
                 Ok(scalar) => !got.is_undefined() && got == *scalar,
-                Err(json) => crate::js::decode::<Value>(&got).is_ok_and(|v| crate::js_equal::same(&v, json)),
+                Err(json) => crate::js::decode::<Value>(&got).is_ok_and(|v| kizuna_protocol::same_as_js(&v, json)),
             }
         });
         meets.then_some(row)

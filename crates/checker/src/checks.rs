@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use kizuna_engine::protocol::Row;
 use kizuna_engine::util::{apply_op, replay};
 use kizuna_engine::OutboxEntry;
+use kizuna_protocol::same_as_js as same;
 use serde_json::Value;
 use tokio_postgres::Client as Pg;
 
@@ -254,19 +255,7 @@ pub fn trace_of(records: &[&Record], sql: &[Effect], violations: &[String], tag:
     out
 }
 
-/// Equal as an app reads them: JSON numbers are compared as the doubles `JSON.parse` makes of
-/// them. PostgreSQL writes a large whole `float8` into JSON as an integer (9568016780861784000)
-/// where the writer wrote 9.568016780861784e18: one double, two kinds of serde number.
-pub fn same(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
-        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same(x, y)),
-        (Value::Object(x), Value::Object(y)) => x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w))),
-        _ => a == b,
-    }
-}
-
-/// `same` for every row of two sets of rows.
+/// `same` (numbers as the doubles an app reads) for every row of two sets of rows.
 fn same_rows(a: &BTreeMap<String, Value>, b: &BTreeMap<String, Value>) -> bool {
     a.len() == b.len() && a.iter().all(|(k, v)| b.get(k).is_some_and(|w| same(v, w)))
 }

@@ -125,6 +125,20 @@ fn is_json_number(token: &[u8]) -> bool {
     at == token.len()
 }
 
+/// Whether a JS app reads `a` and `b` as one value: numbers by the double `JSON.parse` makes of
+/// them (a server's `5.00`, a `jsonb`'s `1.0` and the app's `5`; PostgreSQL writes a large whole
+/// `float8` as an integer where its writer wrote `9.568016780861784e18`), arrays and objects item by
+/// item. The client's filters and the history checker compare rows with it.
+pub fn same_as_js(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_as_js(a, b)),
+        (Value::Object(x), Value::Object(y)) => x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same_as_js(v, w))),
+        _ => a == b,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::js_safe_text;

@@ -11,7 +11,7 @@ use uuid::Uuid;
 mod errors;
 mod js_numbers;
 mod json_text;
-pub use js_numbers::js_safe_text;
+pub use js_numbers::{js_safe_text, same_as_js};
 pub use json_text::{nesting_exceeds, read_deep, MAX_READ_DEPTH};
 pub use errors::{ErrorBody, ErrorClass, codes};
 
