@@ -182,3 +182,43 @@ async fn a_row_that_changes_bucket_leaves_the_old_one() {
     assert_eq!(b2.entries[0]["row"]["owner"], BOB);
     assert_eq!(a2.horizon, b2.horizon);
 }
+
+#[tokio::test]
+async fn a_column_whose_type_changed_fails_no_pull_of_rows_deleted_before() {
+    let db = TestDb::new().await;
+    db.owned_table("cards", "id text primary key, size text", "").await;
+    let (alice, bob) = (Caller::user(ALICE), Caller::user(BOB));
+    let ab = bucket(ALICE);
+    let sizes = vec![
+        mutation(1, "cards", "c1", "upsert", json!({"size": "large"})),
+        mutation(2, "cards", "c2", "upsert", json!({"size": "2"})),
+    ];
+    db.push(&alice, push_request(ALICE_PHONE, sizes)).await.unwrap();
+    let phone = pull_run(db.client(), &alice, ALICE_PHONE, None, &[&ab], 100).await.unwrap();
+    assert_eq!(keys(&phone.entries), ["c1", "c2"]);
+    let response = db.push(&alice, push_request(ALICE_LAPTOP, vec![mutation(1, "cards", "c1", "delete", Value::Null)])).await.unwrap();
+    assert_eq!(statuses(&response), ["APPLIED"]);
+    // The app's schema moves on: sizes become numbers. The deleted row's image keeps its "large",
+    // which no longer reads as the column's type (the pull failed on it for as long as the
+    // tombstone was kept).
+    db.exec("alter table public.cards alter column size type integer using size::integer").await;
+
+    // The phone hears of the delete; a device's first run counts and renders what it may see.
+    let run = pull_run(db.client(), &alice, ALICE_PHONE, Some(&phone.checkpoint), &[&ab], 100).await.unwrap();
+    assert_eq!(keys(&run.entries), ["c1"]);
+    assert_eq!(run.entries[0]["deleted"], true);
+    for limit in [1, 100] {
+        let first = pull_run(db.client(), &alice, ALICE_TABLET, None, &[&ab], limit).await.unwrap();
+        let live: Vec<&Value> = first.entries.iter().filter(|e| e["deleted"] != json!(true)).collect();
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0]["row"]["size"], 2);
+    }
+    // A write the phone made while it held the live row still loses to the delete.
+    let mut made_before = mutation(3, "cards", "c1", "patch", json!({"size": 3}));
+    made_before["read_seq"] = json!(phone.horizon);
+    let response = db.push(&alice, push_request(ALICE_PHONE, vec![made_before])).await.unwrap();
+    assert_eq!(statuses(&response), ["REJECTED:DELETE_WINS"]);
+    // Another user is still shown nothing of alice's rows.
+    let run = pull_run(db.client(), &bob, BOB_PHONE, None, &[&ab], 100).await.unwrap();
+    assert!(run.entries.is_empty());
+}
