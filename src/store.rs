@@ -14,6 +14,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use indexed_db_futures::database::{Database, VersionChangeEvent};
+use indexed_db_futures::internals::SystemRepr;
 use indexed_db_futures::object_store::ObjectStore;
 use indexed_db_futures::prelude::*;
 use indexed_db_futures::transaction::{Transaction, TransactionMode};
@@ -68,6 +69,18 @@ pub struct Store {
     open_steps: std::cell::Cell<u32>,
     /// What runs once no step's transaction is open (`when_idle`).
     idle: std::cell::RefCell<Option<Box<dyn FnOnce()>>>,
+    /// Set once a newer version of Kizuna in another tab asked for this database and this client
+    /// closed its connection for it.
+    upgraded_elsewhere: std::rc::Rc<std::cell::Cell<bool>>,
+    /// The connection's `versionchange` handler, which lives as long as the store.
+    _on_versionchange: Closure<dyn FnMut()>,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // The handler dies with the store: the connection must not call it afterwards.
+        self.db.as_sys().set_onversionchange(None);
+    }
 }
 
 /// The `sync` record: how many steps have committed (any tab's), and which tab leads.
@@ -101,6 +114,21 @@ enum StagingChange {
 /// A staged row's text as a row.
 fn staged_row(text: &str) -> Result<kizuna_protocol::Row, ClientError> {
     crate::pages::staged_row(text).map_err(|e| ClientError::new("STORAGE_CORRUPT", e))
+}
+
+/// Why database `name` did not open.
+fn open_error(name: &str, e: indexed_db_futures::error::OpenDbError) -> ClientError {
+    use indexed_db_futures::error::{DomException, Error, OpenDbError};
+    match e {
+        OpenDbError::UnsupportedEnvironment | OpenDbError::NullFactory => {
+            ClientError::new("STORAGE_UNAVAILABLE", "IndexedDB is not available in this context")
+        }
+        OpenDbError::Base(Error::DomException(DomException::Other(e))) if e.name() == "VersionError" => ClientError::new(
+            "STORAGE_UPGRADED",
+            format!("database '{name}' was upgraded by a newer version of Kizuna (in another tab) past this version's schema {SCHEMA_VERSION}: reload this page"),
+        ),
+        other => failed(other),
+    }
 }
 
 /// An IndexedDB failure, with the browser's words.
@@ -154,26 +182,83 @@ impl Store {
     }
 
     async fn connect(name: &str, indexes: Indexes, staging_memory_bytes: usize) -> Result<Store, ClientError> {
-        let db = Database::open(name)
+        // The browser fires `blocked` when a connection at an older schema (a tab still running an
+        // earlier version of Kizuna, which does not let go) keeps the upgrade waiting: without an
+        // answer the app's open() never settled.
+        let mut tell_blocked: Option<js_sys::Function> = None;
+        let blocked = js_sys::Promise::new(&mut |resolve, _| tell_blocked = Some(resolve));
+        let tell_blocked = tell_blocked.expect("the Promise executor runs at once");
+        let opening = Database::open(name)
             .with_version(SCHEMA_VERSION)
+            .with_on_blocked(move |event| {
+                let _ = tell_blocked.call1(&JsValue::NULL, &JsValue::from_f64(event.old_version()));
+                Ok(())
+            })
             .with_on_upgrade_needed(upgrade)
-            .await
-            .map_err(|e| match e {
-                indexed_db_futures::error::OpenDbError::UnsupportedEnvironment
-                | indexed_db_futures::error::OpenDbError::NullFactory => {
-                    ClientError::new("STORAGE_UNAVAILABLE", "IndexedDB is not available in this context")
-                }
-                other => failed(other),
-            })?;
-        Ok(Store { db, indexes, staged: Default::default(), staging_memory_bytes, open_steps: Default::default(), idle: Default::default() })
+            .build()
+            .map_err(|e| open_error(name, e))?;
+        let blocked = wasm_bindgen_futures::JsFuture::from(blocked);
+        let opened = match futures_util::future::select(Box::pin(opening), blocked).await {
+            futures_util::future::Either::Left((opened, _)) => opened,
+            futures_util::future::Either::Right((old_version, opening)) => {
+                // The upgrade still happens once that tab lets go; the connection it then opens
+                // is nobody's, so it is closed (left open, it would hold up the next upgrade).
+                wasm_bindgen_futures::spawn_local(async move {
+                    if let Ok(db) = opening.await {
+                        db.close();
+                    }
+                });
+                let old = old_version.ok().and_then(|v| v.as_f64()).unwrap_or(0.0);
+                return Err(ClientError::new(
+                    "STORAGE_BLOCKED",
+                    format!("another tab holds database '{name}' open at schema {old}, an earlier version of Kizuna that does not let go; this version needs schema {SCHEMA_VERSION}: close or reload that tab, then open again"),
+                )
+                .with_retryable(true));
+            }
+        };
+        let db = opened.map_err(|e| open_error(name, e))?;
+        let upgraded_elsewhere = std::rc::Rc::new(std::cell::Cell::new(false));
+        // A newer version of Kizuna opening this database in another tab waits for every older
+        // connection to close: this one lets go at once, and its steps then fail STORAGE_UPGRADED.
+        let on_versionchange = {
+            let (db, upgraded_elsewhere) = (db.clone(), upgraded_elsewhere.clone());
+            Closure::<dyn FnMut()>::new(move || {
+                upgraded_elsewhere.set(true);
+                db.clone().close();
+            })
+        };
+        db.as_sys().set_onversionchange(Some(on_versionchange.as_ref().unchecked_ref()));
+        Ok(Store {
+            db,
+            indexes,
+            staged: Default::default(),
+            staging_memory_bytes,
+            open_steps: Default::default(),
+            idle: Default::default(),
+            upgraded_elsewhere,
+            _on_versionchange: on_versionchange,
+        })
+    }
+
+    /// A transaction over `stores`, or why there is none.
+    fn transaction_over<'a>(&'a self, stores: Vec<&str>, mode: TransactionMode) -> Result<Transaction<'a>, ClientError> {
+        self.db.transaction(stores).with_mode(mode).build().map_err(|e| {
+            if self.upgraded_elsewhere.get() {
+                ClientError::new(
+                    "STORAGE_UPGRADED",
+                    "another tab opened this database with a newer version of Kizuna (or deleted it), and this client let go of it so that it could: reload this page",
+                )
+            } else {
+                failed(e)
+            }
+        })
     }
 
     /// Moves schema 1's rows into `ROWS`, gives the rows of tables whose declared indexes
     /// changed their new tokens, and takes the events kept and not told.
     async fn settle(&self) -> Result<Vec<Event>, ClientError> {
         let legacy = self.db.object_store_names().any(|n| n == LEGACY_ROWS);
-        let tx = self.db.transaction(if legacy { vec![LEGACY_ROWS, ROWS, META] } else { vec![ROWS, META] })
-            .with_mode(TransactionMode::Readwrite).build().map_err(failed)?;
+        let tx = self.transaction_over(if legacy { vec![LEGACY_ROWS, ROWS, META] } else { vec![ROWS, META] }, TransactionMode::Readwrite)?;
         let meta = store(&tx, META)?;
         let before: Indexes = get(&meta, INDEXES_KEY.into()).await?.map(from_js).transpose()?.unwrap_or_default();
         let mut retoken = crate::indexes::changed_tables(&before, &self.indexes);
@@ -305,7 +390,7 @@ impl Store {
     }
 
     fn transaction(&self, mode: TransactionMode) -> Result<Transaction<'_>, ClientError> {
-        self.db.transaction(ALL).with_mode(mode).build().map_err(failed)
+        self.transaction_over(ALL.to_vec(), mode)
     }
 
     /// The engine's persisted state (`None` for a database that never held one) and the stamp it
@@ -343,7 +428,7 @@ impl Store {
 
     /// Drops the record `put_unheard` wrote under `suffix`: its events were told.
     pub async fn forget_unheard(&self, suffix: &str) -> Result<(), ClientError> {
-        let tx = self.db.transaction(META).with_mode(TransactionMode::Readwrite).build().map_err(failed)?;
+        let tx = self.transaction_over(vec![META], TransactionMode::Readwrite)?;
         drop(store(&tx, META)?.delete(JsValue::from_str(&format!("{UNHEARD}{suffix}"))).primitive().map_err(failed)?);
         tx.commit().await.map_err(failed)
     }

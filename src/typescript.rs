@@ -53,6 +53,12 @@ export type ErrorCode =
   | "STORAGE_UNAVAILABLE"
   /** IndexedDB holds a record this version cannot read. */
   | "STORAGE_CORRUPT"
+  /** open() while another tab holds the database at an earlier schema and does not let go (a tab
+   * of an earlier version of Kizuna): close or reload that tab. Retryable. */
+  | "STORAGE_BLOCKED"
+  /** A newer version of Kizuna (another tab) upgraded or deleted the database: this client let go
+   * of it, and this version can no longer open it. Reload the page. */
+  | "STORAGE_UPGRADED"
   /** sync() while the browser reports no network. Retryable. */
   | "OFFLINE"
   /** No answer, or a cut-off answer. Retryable. */

@@ -91,7 +91,7 @@ async fn a_bad_declaration_is_refused() {
 
 /// Writes a database as schema 1 stored it: rows (with both `base` and `visible`) in `rows`, a
 /// pending write in `outbox`, the engine's `meta`.
-async fn schema_1_database(name: &str, user: &str) {
+pub(crate) async fn schema_1_database(name: &str, user: &str) {
     let db = Database::open(name)
         .with_version(1u32)
         .with_on_upgrade_needed(|_, db| {

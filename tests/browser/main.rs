@@ -13,4 +13,5 @@ mod indexes;
 mod js_face;
 mod pull_side;
 mod push_side;
+mod upgrades;
 mod walking_skeleton;
