@@ -47,6 +47,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
         body_limit: config.body_limit,
         limits: CallerLimits::new(config.caller_concurrency),
         statement_timeout: Duration::from_millis(config.statement_timeout_ms),
+        body_timeout: (config.body_timeout_ms > 0).then(|| Duration::from_millis(config.body_timeout_ms)),
         metrics_token: config.metrics_token.clone(),
         shutdown,
     };

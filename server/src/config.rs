@@ -100,6 +100,13 @@ pub struct Config {
     #[arg(long, env = "KIZUNA_STATEMENT_TIMEOUT_MS", default_value_t = 15_000)]
     pub statement_timeout_ms: u64,
 
+    /// Milliseconds a request's body may take to arrive once its headers have; a slower one gets
+    /// 408 KZG06 (clients retry it), so that an upload that stalls (a phone that lost its network
+    /// mid-request, or a caller that trickles bytes) does not hold its caller's share of
+    /// `--caller-concurrency` for as long as the connection lives; 0 turns it off.
+    #[arg(long, env = "KIZUNA_BODY_TIMEOUT_MS", default_value_t = 30_000)]
+    pub body_timeout_ms: u64,
+
     /// Requests one caller (one token `sub`, or one role without a `sub`) may have in flight at
     /// once; more get 429 KZG05. Keeps one caller from holding the whole pool.
     #[arg(long, env = "KIZUNA_CALLER_CONCURRENCY", default_value_t = 4)]

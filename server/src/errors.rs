@@ -8,6 +8,7 @@
 //! | body not JSON / not `{"request": ...}`        | 400    | KZG02           |
 //! | `request` of the wrong shape (gateway check)  | 400    | KZP01           |
 //! | the caller has `--caller-concurrency` requests open | 429 | KZG05        |
+//! | the body did not arrive within `--body-timeout-ms` | 408 | KZG06         |
 //! | SQLSTATE KZP01..KZP04 raised by the pack      | 400    | the SQLSTATE    |
 //! | SQLSTATE KZA01 raised by the pack             | 401    | KZA01           |
 //! | database unreachable, pool exhausted          | 503    | KZG03           |
@@ -33,6 +34,8 @@ pub mod gateway_codes {
     pub const NOT_FOUND: &str = "KZG04";
     /// The caller already has its share of requests in flight (HTTP 429); retry after a moment.
     pub const TOO_MANY_REQUESTS: &str = "KZG05";
+    /// The request's body did not arrive within `--body-timeout-ms` (HTTP 408); retry.
+    pub const BODY_TIMEOUT: &str = "KZG06";
 }
 
 #[derive(Debug)]
@@ -107,6 +110,15 @@ impl ApiError {
             format!("this caller already has {limit} requests in flight"),
         )
         .with_hint("wait for an answer before sending the next request")
+    }
+
+    pub fn body_timeout(limit: std::time::Duration) -> ApiError {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            gateway_codes::BODY_TIMEOUT,
+            format!("the request body did not arrive within {} ms", limit.as_millis()),
+        )
+        .with_hint("send the request again")
     }
 
     /// Maps a database error as PostgREST does. Only the error's own message, detail and hint reach

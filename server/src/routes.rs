@@ -49,6 +49,8 @@ pub struct AppState {
     pub body_limit: usize,
     pub limits: CallerLimits,
     pub statement_timeout: Duration,
+    /// How long a request's body may take to arrive (`--body-timeout-ms`); `None`: no limit.
+    pub body_timeout: Option<Duration>,
     /// The token `/metrics` on the main address accepts besides a service_role JWT.
     pub metrics_token: Option<String>,
     /// Flips to true on SIGINT/SIGTERM so that open wake streams end and shutdown can complete.
@@ -165,7 +167,11 @@ async fn rpc(app: &AppState, headers: &HeaderMap, body: Body, rpc: Rpc) -> (Opti
         let Some(_admitted) = app.limits.admit(&claims) else {
             return Err(drained(body, ApiError::too_many_requests(app.limits.limit())).await);
         };
-        let bytes = read_body(headers, body, app.body_limit).await?;
+        let reading = read_body(headers, body, app.body_limit);
+        let bytes = match app.body_timeout {
+            Some(limit) => tokio::time::timeout(limit, reading).await.map_err(|_| ApiError::body_timeout(limit))??,
+            None => reading.await?,
+        };
         let request = request_of(&bytes)?;
         db::call(&app.pool, rpc, &claims, request, app.statement_timeout).await
     }

@@ -455,3 +455,39 @@ async fn no_caller_holds_the_pool_a_slow_request_times_out_and_a_greedy_caller_w
     assert_eq!((second.0, second.1["code"].as_str()), (429, Some("KZG05")), "{}", second.1);
     assert_eq!(other.0, 200, "another caller is not held back: {}", other.1);
 }
+
+#[tokio::test]
+async fn a_body_that_stops_arriving_is_answered_and_gives_its_callers_share_back() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let db = TestDb::with_todos().await;
+    let server = TestServer::start(db.url(), &["--caller-concurrency", "1", "--body-timeout-ms", "600"]).await;
+    let token = server.token(A);
+    // A phone that lost its network mid-upload: the headers and the start of the body arrived,
+    // the rest never will, and the connection stays open.
+    let mut stalled = tokio::net::TcpStream::connect(server.url.trim_start_matches("http://")).await.unwrap();
+    let head = format!(
+        "POST /rest/v1/rpc/kizuna_push HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: 4000\r\n\r\n{{\"request\": {{\"client_id\": "
+    );
+    stalled.write_all(head.as_bytes()).await.unwrap();
+
+    // Meanwhile it holds the caller's one share: the caller's next request is told to wait.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let next = push_request(CLIENT_A, vec![mutation(1, "todos", "t1", "upsert", json!({"title": "after the stall"}))]);
+    let (status, body) = server.rpc("kizuna_push", Some(&token), &next).await;
+    assert_eq!((status, body["code"].as_str()), (429, Some("KZG05")), "{body}");
+
+    // The stalled request is answered (408, which clients retry) once its time is up ...
+    let mut answer = vec![0u8; 4096];
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), stalled.read(&mut answer))
+        .await
+        .expect("the gateway answers a body that stopped arriving")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..read]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"code\":\"KZG06\""), "{answer}");
+    // ... and its share is the caller's again.
+    let (status, body) = server.rpc("kizuna_push", Some(&token), &next).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(db.one::<String>("select title from public.todos where id = 't1'").await, "after the stall");
+}
