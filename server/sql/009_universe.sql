@@ -317,13 +317,23 @@ begin
 end
 $$;
 
+-- An apply_after as the wire carries it: RFC 3339 has the years 0001 to 9999, and 'infinity' is
+-- no number of milliseconds. A time past 9999 (or infinity) waits until the end of 9999, one before
+-- year 1 (or -infinity) is due now, so the event is held or sent as its time says, and reading it
+-- fails neither the window nor the request for every event behind it.
+create or replace function kizuna.universe_wire_time(t timestamptz) returns timestamptz
+language sql immutable as $$
+  select case when t is null then null
+              else least(greatest(t, '0001-01-01 00:00:00+00'::timestamptz), '9999-12-31 23:59:59.999999+00'::timestamptz) end
+$$;
+
 -- Up to n pending events after after_id, in id order, as the delivery policy reads them (times in
 -- unix milliseconds).
 create or replace function kizuna.universe_window(after_id bigint, n integer)
 returns table (id bigint, key uuid, is_delete boolean, apply_after_ms bigint, attempts integer,
                max_attempts integer, retry_at_ms bigint, error text)
 language sql stable security definer set search_path = pg_catalog as $$
-  select e.id, e.key, e.op = 'delete', (extract(epoch from e.apply_after) * 1000)::bigint, e.attempts,
+  select e.id, e.key, e.op = 'delete', (extract(epoch from kizuna.universe_wire_time(e.apply_after)) * 1000)::bigint, e.attempts,
          e.max_attempts, (extract(epoch from e.retry_at) * 1000)::bigint, e.error
     from kizuna.universe_events e
    where e.acked_at is null and not e.dead_letter and e.id > after_id
@@ -342,7 +352,7 @@ language sql stable security definer set search_path = pg_catalog as $$
            'id', e.key, 'client_seq', e.id, 'table', e.target_table, 'pk', e.pk, 'op', e.op, 'read_seq', 0)
            || case when e.columns is null then '{}' else jsonb_build_object('columns', e.columns) end
            || case when e.apply_after is null then '{}' else jsonb_build_object('apply_after',
-                to_char(e.apply_after at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) end
+                to_char(kizuna.universe_wire_time(e.apply_after) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) end
          order by e.id), '[]')::text
     from kizuna.universe_events e
    where e.id = any(ids) and e.acked_at is null and not e.dead_letter

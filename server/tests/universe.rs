@@ -449,6 +449,31 @@ async fn delayed_until_apply_after_without_costing_an_attempt_or_blocking_the_qu
 }
 
 #[tokio::test]
+async fn a_time_of_infinity_or_past_year_9999_holds_its_own_event_and_no_other() {
+    let _serial = SERIAL.lock().await;
+    let u = Universe::new("select kizuna.register_universe_table('public.items', apply_after => $$publish_at$$)").await;
+    // 'infinity' is a common "never"; no number of milliseconds, and a year of five digits is no
+    // RFC 3339 time: the window that read them failed every run, for every event behind them.
+    u.source
+        .exec("insert into public.items (id, title, region, publish_at) values
+                 ('never', 'x', 'eu', 'infinity'), ('far', 'x', 'eu', '12000-01-01'),
+                 ('long-ago', 'x', 'eu', '-infinity'), ('now', 'y', 'eu', null);")
+        .await;
+    let report = u.sync(&[]).await;
+    assert_eq!((report["applied"].as_u64(), report["delayed"].as_u64()), (Some(2), Some(2)), "{report}");
+    let ids: Vec<String> = u.pending().await.into_iter().map(|(_, pk, _, attempts, error)| {
+        assert_eq!((attempts, error), (0, None), "held, not failed");
+        pk
+    }).collect();
+    assert_eq!(ids, ["never", "far"]);
+    assert_eq!(Universe::rows(&u.target, "true").await, Universe::rows(&u.source, "id in ('long-ago', 'now')").await);
+    // Held from then on, until the end of year 9999.
+    let held = u.sync(&[]).await;
+    assert_eq!(held["sent"], 0, "{held}");
+    assert_eq!(held["next_due_ms"].as_i64(), Some(253_402_300_800_000), "the end of 9999, in whole milliseconds: {held}");
+}
+
+#[tokio::test]
 async fn latest_only_keeps_the_newest_pending_event_per_key_replaced_in_the_writing_transaction() {
     let _serial = SERIAL.lock().await;
     let u = Universe::new("select kizuna.register_universe_table('public.items', latest_only => true)").await;
