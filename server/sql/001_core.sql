@@ -79,12 +79,14 @@ create table if not exists kizuna.settings (
   max_row_bytes integer not null default 65536,             -- a mutation's columns larger than this: KZP04
   hlc_max_skew interval not null default '60 seconds',      -- origin HLCs are clamped to now() + this
   max_pull_limit integer not null default 10000,            -- a pull's limit is capped at this
+  max_page_bytes bigint not null default 8388608,           -- a pull page's rows take about this many bytes at most (one row always goes)
   max_pull_buckets integer not null default 256,            -- a pull naming more buckets: KZP01
   max_progress_count integer not null default 1000000,      -- entries a run's first page counts for its total (0: no total)
   default_max_batch_size integer not null default 500       -- for requests naming no registered table
 );
 alter table kizuna.settings add column if not exists max_pull_buckets integer not null default 256;
 alter table kizuna.settings add column if not exists max_progress_count integer not null default 1000000;
+alter table kizuna.settings add column if not exists max_page_bytes bigint not null default 8388608;
 insert into kizuna.settings default values on conflict do nothing;
 grant select on kizuna.settings to anon, authenticated, service_role;
 

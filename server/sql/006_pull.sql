@@ -241,10 +241,17 @@ language sql stable security definer set search_path = pg_catalog as $$
      and kizuna.caller() in (c.loser_by, c.winner_by)
 $$;
 
--- Renders candidate entries as the caller; returns the visible ones as wire entries, in order.
+-- Renders candidate entries as the caller: the visible ones as wire entries, in order, of the first
+-- `determined` candidates, whose rows take about `budget` bytes (the jsonb size of each row) or
+-- less, `bytes` of them. At least the first candidate is always determined (a row larger than the
+-- budget alone is still delivered, alone), so every page moves on; the candidates after
+-- `determined` were not read, and the page ends before them. Without the budget a page of large
+-- rows (5,000 of 60 KB, each under max_row_bytes) failed every time at jsonb's 256 MB limit.
 -- Entries are filled into a pre-sized array by position and aggregated once: appending to a jsonb
 -- array copies it, which made a 5000-entry page quadratic (30 s instead of well under one).
-create or replace function kizuna.render_entries(candidates kizuna.changes[]) returns jsonb
+drop function if exists kizuna.render_entries(kizuna.changes[]);
+create or replace function kizuna.render_entries(candidates kizuna.changes[], budget bigint,
+                                                 out entries jsonb, out determined integer, out bytes bigint)
 language plpgsql stable as $$
 declare
   n integer := coalesce(cardinality(candidates), 0);
@@ -254,22 +261,31 @@ declare
   t kizuna.synced_tables;
   live record;
   c kizuna.changes;
+  sizes bigint[] := array_fill(0::bigint, array[n]);
+  used bigint := 0;
 begin
-  -- Live rows, one query per table, through the caller's SELECT policy. The keys go in as arrays
-  -- so the table is read through its primary key, not scanned (which also evaluated the policy on
-  -- every row of the table, once per page).
-  for t in select * from kizuna.synced_tables s
-            where s.name in (select x.tbl from unnest(candidates) x where not x.deleted)
-              and has_table_privilege(s.rel, 'SELECT') loop  -- no privilege: nothing is visible
+  determined := n;
+  -- Live rows, one query per table, through the caller's SELECT policy, the tables in the order of
+  -- their first candidate and each one's rows in candidate order: a table's rows before the first
+  -- one past the budget were all read (those the query did not return are hidden from the caller),
+  -- and the first candidate is always read. The keys go in as arrays so the table is read through
+  -- its primary key, not scanned (which also evaluated the policy on every row of the table, once
+  -- per page).
+  for t in select s.* from kizuna.synced_tables s
+             join (select x.tbl, min(x.ordinality) as first from unnest(candidates) with ordinality x
+                    where not x.deleted group by x.tbl) f on f.tbl = s.name
+            where has_table_privilege(s.rel, 'SELECT')  -- no privilege: nothing is visible
+            order by f.first loop
     keys := '{}';
     positions := '{}';
-    for i in 1 .. n loop
+    for i in 1 .. determined loop
       c := candidates[i];
       if c.tbl = t.name and not c.deleted then
         keys := keys || c.pk;
         positions := positions || i;
       end if;
     end loop;
+    continue when cardinality(keys) = 0;
     -- The keys are cast as one array parameter, not per row in the join: a cast over a column of
     -- the join is not leakproof, so behind the table's security barrier it could not be an index
     -- condition, and each chunk read the whole table under the policy instead.
@@ -278,17 +294,25 @@ begin
     -- freshly loaded table) read the whole table for every page.
     for live in execute format(
         'select k.i, r.row
-           from unnest(cast($1 as %3$s[]), $2::integer[]) as k(pk, i)
-           cross join lateral (select to_jsonb(r) as row from %1$s r where r.%2$I = k.pk limit 1) r',
+           from unnest(cast($1 as %3$s[]), $2::integer[]) with ordinality as k(pk, i, o)
+           cross join lateral (select to_jsonb(r) as row from %1$s r where r.%2$I = k.pk limit 1) r
+          order by k.o',
         t.rel, t.pk_column, kizuna.column_type(t.rel, t.pk_column))
       using keys, positions loop
+      exit when live.i > determined;  -- past where an earlier table's rows reached the budget
+      sizes[live.i] := pg_column_size(live.row);
+      if used > 0 and used + sizes[live.i] > budget then
+        determined := live.i - 1;
+        exit;
+      end if;
+      used := used + sizes[live.i];
       c := candidates[live.i];
       rendered[live.i] := jsonb_build_object('seq', c.seq, 'table', c.tbl, 'pk', c.pk,
                                              'bucket', c.bucket, 'row', live.row);
     end loop;
   end loop;
 
-  for i in 1 .. n loop
+  for i in 1 .. determined loop
     c := candidates[i];
     if c.deleted then
       select s.* into t from kizuna.synced_tables s where s.name = c.tbl;
@@ -298,8 +322,9 @@ begin
       end if;
     end if;
   end loop;
-  return (select coalesce(jsonb_agg(e order by i), '[]'::jsonb)
-            from unnest(rendered) with ordinality u(e, i) where e is not null);
+  entries := (select coalesce(jsonb_agg(e order by i), '[]'::jsonb)
+                from unnest(rendered[1:determined]) with ordinality u(e, i) where e is not null);
+  bytes := (select coalesce(sum(z), 0) from unnest(sizes[1:determined]) z);
 end
 $$;
 
@@ -327,8 +352,10 @@ declare
   pos_pk text := '';
   pos_bucket text := '';
   batch kizuna.changes[];
-  rendered jsonb;
+  part record;
   entries jsonb := '[]';
+  used_bytes bigint := 0;
+  page_bytes bigint := (select max_page_bytes from kizuna.settings);
   last_of_page jsonb;
   page jsonb;
   conflicts jsonb;
@@ -336,7 +363,7 @@ declare
   examined integer := 0;
   first_page boolean := false;
   counted jsonb := '{}';
-  out_of_budget boolean := false;
+  ends_early boolean := false;  -- out of the candidate budget, or the page is full by bytes
 begin
   perform kizuna.check_envelope(request);
   if coalesce(jsonb_typeof(request -> 'cursor'), 'null') not in ('null', 'string') then
@@ -437,15 +464,20 @@ begin
                                                         pos_seq, pos_tbl, pos_pk, pos_bucket, chunk) x);
     exit when cardinality(batch) = 0;
     examined := examined + cardinality(batch);
-    rendered := kizuna.render_entries(batch);
-    entries := entries || rendered;
-    pos_seq := batch[cardinality(batch)].seq;
-    pos_tbl := batch[cardinality(batch)].tbl;
-    pos_pk := batch[cardinality(batch)].pk;
-    pos_bucket := batch[cardinality(batch)].bucket;
+    part := kizuna.render_entries(batch, page_bytes - used_bytes);
+    entries := entries || part.entries;
+    used_bytes := used_bytes + part.bytes;
+    pos_seq := batch[part.determined].seq;
+    pos_tbl := batch[part.determined].tbl;
+    pos_pk := batch[part.determined].pk;
+    pos_bucket := batch[part.determined].bucket;
+    if part.determined < cardinality(batch) then
+      ends_early := true;  -- the page is full by bytes: it ends after the last candidate read
+      exit;
+    end if;
     exit when jsonb_array_length(entries) > lim or cardinality(batch) < chunk;
-    if examined >= kizuna.pull_budget(lim) then
-      out_of_budget := true;
+    if examined >= kizuna.pull_budget(lim) or used_bytes >= page_bytes then
+      ends_early := true;
       exit;
     end if;
     chunk := kizuna.pull_budget(lim) - examined;
@@ -466,8 +498,8 @@ begin
                        kizuna.hex(last_of_page ->> 'table'), kizuna.hex(last_of_page ->> 'pk'),
                        kizuna.hex(last_of_page ->> 'bucket'))) || counted;
   end if;
-  if out_of_budget then
-    -- Resume after the last candidate examined, which the caller may not be allowed to see.
+  if ends_early then
+    -- Resume after the last candidate read, which the caller may not be allowed to see.
     return jsonb_build_object('entries', entries, 'done', false, 'horizon', horizon,
       'cursor', format('kz1.%s.%s.%s.%s', st.epoch, run_from, run_start,
                        kizuna.seal(format('%s.%s.%s.%s', pos_seq, kizuna.hex(pos_tbl), kizuna.hex(pos_pk),

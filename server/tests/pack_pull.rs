@@ -207,3 +207,64 @@ async fn writes_during_a_run_move_what_it_delivers_from_the_first_page_total() {
     assert_eq!((p["total"].clone(), p["entries"].as_array().unwrap().len(), p["done"].clone()), (json!(1), 1, json!(true)));
     assert_eq!(p["entries"][0]["deleted"], true, "a tombstone is counted for a run from a checkpoint");
 }
+
+#[tokio::test]
+async fn pages_of_large_rows_end_by_their_bytes_and_the_run_still_brings_every_row_once() {
+    let db = TestDb::new().await;
+    db.owned_table("docs", "id text primary key, body text", "").await;
+    db.owned_table("sheets", "id text primary key, body text", "").await;
+    let alice = Caller::user(ALICE);
+    let bob = Caller::user("b0b00000-0000-4000-8000-000000000002");
+    // Pages of about 40 KB: rows of about 6 KB in two tables, bob's rows (hidden from alice)
+    // between them, and a row of 60 KB, larger than a page, which goes alone.
+    db.exec("update kizuna.settings set max_page_bytes = 40000").await;
+    let mut mine = vec![];
+    for i in 0..30 {
+        let body = format!("{i:02}").repeat(if i == 17 { 30_000 } else { 3_000 });
+        let table = if i % 3 == 0 { "sheets" } else { "docs" };
+        let id = format!("k{i:02}");
+        db.push(&alice, push_request(DEVICE, vec![mutation(i + 1, table, &id, "upsert", json!({"body": body}))])).await.unwrap();
+        mine.push((table.to_string(), id, body));
+        let bobs = push_request("c0000000-0000-4000-8000-0000000000b1", vec![mutation(i + 1, "docs", &format!("b{i:02}"), "upsert", json!({"body": "x".repeat(6_000)}))]);
+        db.push(&bob, bobs).await.unwrap();
+    }
+    // Two deletes: a tombstone costs a page next to nothing.
+    db.push(&alice, push_request(DEVICE, vec![mutation(31, "docs", "k01", "delete", Value::Null), mutation(32, "docs", "k02", "delete", Value::Null)])).await.unwrap();
+    let pages_of = |run: &support::db::Run| run.pages;
+
+    let buckets = [format!("user:{ALICE}"), format!("user:{}", "b0b00000-0000-4000-8000-000000000002")];
+    let buckets: Vec<&str> = buckets.iter().map(String::as_str).collect();
+    let mut cursor: Option<String> = None;
+    let mut delivered: Vec<(String, String, Option<String>)> = vec![];
+    let mut pages = 0;
+    loop {
+        let page = db.pull(&alice, pull_request(DEVICE, cursor.as_deref(), &buckets, 1000)).await.unwrap();
+        pages += 1;
+        let entries = page["entries"].as_array().unwrap();
+        let bytes: usize = entries.iter().map(|e| e["row"].to_string().len()).sum();
+        assert!(entries.len() == 1 || bytes <= 40_000, "a page of {} entries holds {bytes} bytes", entries.len());
+        for e in entries {
+            let body = e["row"]["body"].as_str().map(str::to_string);
+            delivered.push((e["table"].as_str().unwrap().into(), e["pk"].as_str().unwrap().into(), body));
+        }
+        cursor = Some(page["cursor"].as_str().unwrap().to_string());
+        if page["done"] == json!(true) {
+            break;
+        }
+        assert!(pages < 100, "the run moves on");
+    }
+    let expected: Vec<(String, String, Option<String>)> = {
+        let mut rows: Vec<_> = mine.into_iter().filter(|(_, id, _)| id != "k01" && id != "k02").map(|(t, id, b)| (t, id, Some(b))).collect();
+        rows.sort_by(|a, b| a.1.cmp(&b.1));
+        rows
+    };
+    let mut got = delivered.clone();
+    got.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(got.len(), expected.len(), "every row once, none of bob's: {:?}", delivered.iter().map(|d| &d.1).collect::<Vec<_>>());
+    assert_eq!(got, expected);
+    assert!(pages >= 5, "about 210 KB in pages of 40 KB: {pages} pages");
+    // The same run through the helper (one page at a time, in a transaction each) agrees.
+    let run = pull_run(db.client(), &alice, DEVICE, None, &buckets, 1000).await.unwrap();
+    assert_eq!(run.entries.len(), expected.len());
+    assert_eq!(pages_of(&run), pages);
+}
