@@ -63,8 +63,11 @@ pub struct Store {
     staged: std::cell::RefCell<StagedInMemory>,
     /// How many bytes of staged pages `staged` may hold.
     staging_memory_bytes: usize,
-    /// The app's declared equality indexes, which every stored row carries tokens for.
-    indexes: Indexes,
+    /// The declared equality indexes every stored row carries tokens for: this tab's own from its
+    /// open, and from then on those of the database, which the last tab to open set (it re-tokened
+    /// every row). Tabs of two deploys may declare different ones: every step reads the database's
+    /// (`begin_reading`), so each tab writes the tokens the others query by.
+    indexes: std::cell::RefCell<Indexes>,
     /// Steps whose read-write transaction is open (`OpenStep`).
     open_steps: std::cell::Cell<u32>,
     /// What runs once no step's transaction is open (`when_idle`).
@@ -230,9 +233,9 @@ impl Store {
         db.as_sys().set_onversionchange(Some(on_versionchange.as_ref().unchecked_ref()));
         Ok(Store {
             db,
-            indexes,
             staged: Default::default(),
             staging_memory_bytes,
+            indexes: std::cell::RefCell::new(indexes),
             open_steps: Default::default(),
             idle: Default::default(),
             upgraded_elsewhere,
@@ -261,10 +264,11 @@ impl Store {
         let tx = self.transaction_over(if legacy { vec![LEGACY_ROWS, ROWS, META] } else { vec![ROWS, META] }, TransactionMode::Readwrite)?;
         let meta = store(&tx, META)?;
         let before: Indexes = get(&meta, INDEXES_KEY.into()).await?.map(from_js).transpose()?.unwrap_or_default();
-        let mut retoken = crate::indexes::changed_tables(&before, &self.indexes);
+        let own = self.indexes.borrow().clone();
+        let mut retoken = crate::indexes::changed_tables(&before, &own);
         let form_changed = get(&meta, TOKEN_FORM_KEY.into()).await?.and_then(|f| f.as_f64()) != Some(TOKEN_FORM);
         if form_changed {
-            retoken.extend(self.indexes.keys().cloned());
+            retoken.extend(own.keys().cloned());
             retoken.sort();
             retoken.dedup();
             drop(meta.put(JsValue::from_f64(TOKEN_FORM)).with_key(JsValue::from_str(TOKEN_FORM_KEY)).primitive().map_err(failed)?);
@@ -279,7 +283,7 @@ impl Store {
             self.rewrite(&rows, &rows, Some(table)).await?;
         }
         if !retoken.is_empty() {
-            drop(meta.put(to_js(&self.indexes)?).with_key(JsValue::from_str(INDEXES_KEY)).primitive().map_err(failed)?);
+            drop(meta.put(to_js(&own)?).with_key(JsValue::from_str(INDEXES_KEY)).primitive().map_err(failed)?);
         }
         let unheard = take_unheard(&tx).await?;
         tx.commit().await.map_err(failed)?;
@@ -326,7 +330,7 @@ impl Store {
 
     /// Gives a stored record `js` the tokens of its table's declared indexes, from `record`.
     fn set_tokens(&self, js: &JsValue, record: &RowRecord) -> Result<(), ClientError> {
-        if let Some(tokens) = crate::indexes::tokens(&self.indexes, record) {
+        if let Some(tokens) = crate::indexes::tokens(&self.indexes.borrow(), record) {
             let _ = js_sys::Reflect::set(js, &"eq".into(), &to_js(&tokens)?);
         }
         Ok(())
@@ -335,7 +339,7 @@ impl Store {
     /// Gives the stored record `js` of a row the server delivered (its JSON text `row`) the tokens
     /// of its table's declared indexes (`indexes::server_row_tokens`).
     fn set_server_row_tokens(&self, js: &JsValue, table: &str, row: &str) -> Result<(), ClientError> {
-        let tokens = crate::indexes::server_row_tokens(&self.indexes, table, row).map_err(|e| ClientError::new("STORAGE_CORRUPT", e))?;
+        let tokens = crate::indexes::server_row_tokens(&self.indexes.borrow(), table, row).map_err(|e| ClientError::new("STORAGE_CORRUPT", e))?;
         if let Some(tokens) = tokens {
             let _ = js_sys::Reflect::set(js, &"eq".into(), &to_js(&tokens)?);
         }
@@ -370,9 +374,45 @@ impl Store {
         Ok(found)
     }
 
-    /// The declared equality indexes.
-    pub fn indexes(&self) -> &Indexes {
-        &self.indexes
+    /// Takes the database's declared indexes as read in a transaction (absent: none declared).
+    fn follow_declaration(&self, stored: Option<JsValue>) -> Result<(), ClientError> {
+        let stored: Indexes = stored.map(from_js).transpose()?.unwrap_or_default();
+        if *self.indexes.borrow() != stored {
+            *self.indexes.borrow_mut() = stored;
+        }
+        Ok(())
+    }
+
+    /// The records of `table`'s rows, as the browser read them (see `records_where`): through the
+    /// database's declared index of the first condition of `conditions` it has one for, else all
+    /// of the table's. The declaration is read in the same transaction, beside the read through
+    /// the index this tab last knew of, which is used when it still stands.
+    pub async fn table_records(&self, table: &str, conditions: &serde_json::Map<String, serde_json::Value>, mut each: impl FnMut(&JsValue)) -> Result<(), ClientError> {
+        let tx = self.transaction(TransactionMode::Readonly)?;
+        let rows = store(&tx, ROWS)?;
+        let declared = store(&tx, META)?.get(JsValue::from_str(INDEXES_KEY)).primitive().map_err(failed)?;
+        let known = crate::indexes::lookup(&self.indexes.borrow(), table, conditions);
+        let read = |index: &str, value: &str| -> Result<_, ClientError> {
+            rows.index(index).map_err(failed)?.get_all::<JsValue>().with_query(JsValue::from_str(value)).primitive().map_err(failed)
+        };
+        let guessed = match &known {
+            Some(token) => read("eq", token)?,
+            None => read("table", table)?,
+        };
+        self.follow_declaration(present(declared.await.map_err(failed)?))?;
+        let found = if crate::indexes::lookup(&self.indexes.borrow(), table, conditions) == known {
+            guessed.await
+        } else {
+            drop(guessed);
+            match crate::indexes::lookup(&self.indexes.borrow(), table, conditions) {
+                Some(token) => read("eq", &token)?.await,
+                None => read("table", table)?.await,
+            }
+        };
+        for record in found.map_err(failed)? {
+            each(&record.map_err(failed)?);
+        }
+        Ok(())
     }
 
     pub fn close(&self) {
@@ -414,8 +454,10 @@ impl Store {
         let open = OpenStep::new(self);
         let tx = self.transaction(TransactionMode::Readwrite)?;
         let stamp = store(&tx, META)?.get(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?;
+        let declared = store(&tx, META)?.get(JsValue::from_str(INDEXES_KEY)).primitive().map_err(failed)?;
         let rows = RowReads::issue(store(&tx, ROWS)?, keys)?;
         let stamp = present(stamp.await.map_err(failed)?).map(from_js).transpose()?.unwrap_or_default();
+        self.follow_declaration(present(declared.await.map_err(failed)?))?;
         let rows = rows.found().await?;
         Ok((WriteTxn { store: self, tx, stamp, staging: Default::default(), _open: open }, rows))
     }

@@ -86,7 +86,6 @@ impl Filter {
     /// Conditions are compared in JS: a string, number, boolean or null with `===`, anything else
     /// as JSON (`kizuna_protocol::same_as_js`).
     pub async fn select(&self, inner: &Inner, table: &str, mut each: impl FnMut(JsValue, JsValue)) -> Result<(), ClientError> {
-        let indexed = crate::indexes::lookup(inner.store.indexes(), table, &self.conditions);
         let conditions = Conditions::new(&self.conditions);
         let (table_js, pk_js) = (JsValue::from_str(table), JsValue::from_str("pk"));
         let bucket_js = self.bucket.as_deref().map(JsValue::from_str);
@@ -121,10 +120,9 @@ impl Filter {
             }
             each(pk, row);
         };
-        match (&bucket_js, indexed) {
-            (Some(b), _) => inner.store.records_where("bucket", &b.as_string().unwrap_or_default(), &mut visit).await?,
-            (None, Some(token)) => inner.store.records_where("eq", &token, &mut visit).await?,
-            (None, None) => inner.store.records_where("table", table, &mut visit).await?,
+        match &bucket_js {
+            Some(b) => inner.store.records_where("bucket", &b.as_string().unwrap_or_default(), &mut visit).await?,
+            None => inner.store.table_records(table, &self.conditions, &mut visit).await?,
         }
         while let Some((_, pk, row)) = unplaced.pop() {
             each(pk, row);

@@ -81,6 +81,36 @@ async fn a_new_declaration_indexes_the_rows_already_stored() {
     again.close();
 }
 
+/// Two deploys of the app side by side (a tab left open across one): tabs of one database that
+/// declare different indexes each find every row, whichever opened last.
+#[wasm_bindgen_test]
+async fn tabs_that_declare_different_indexes_each_find_every_row() {
+    let (name, user) = (format!("decl-{}", random_id()), random_id());
+    let declaring = options(&name, &user);
+    set(&declaring, "indexes", json!({"todos": ["title"]}));
+    let put = |client: &kizunasync::KizunaClient, id: &str| {
+        let id = format!("{user}.{id}");
+        client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "same"})), None)
+    };
+    let new = open(&declaring).await;
+    ok(put(&new, "a")).await;
+    // A tab of the earlier deploy, which declares nothing, opens after it, and each writes a row.
+    let old = open(&options(&name, &user)).await;
+    ok(put(&old, "b")).await;
+    ok(put(&new, "c")).await;
+    let same = json!({"where": {"title": "same"}});
+    assert_eq!(query(&new, same.clone()).await, ["a", "b", "c"]);
+    assert_eq!(query(&old, same.clone()).await, ["a", "b", "c"]);
+    // The declaring deploy opens again (a reload): the rows the other tab wrote are found too.
+    new.close();
+    let reloaded = open(&declaring).await;
+    ok(put(&old, "d")).await;
+    assert_eq!(query(&reloaded, same.clone()).await, ["a", "b", "c", "d"]);
+    assert_eq!(query(&old, same).await, ["a", "b", "c", "d"]);
+    old.close();
+    reloaded.close();
+}
+
 #[wasm_bindgen_test]
 async fn a_bad_declaration_is_refused() {
     let opts = options(&format!("idx-{}", random_id()), &random_id());
