@@ -7,7 +7,7 @@
 -- Admin only: EXECUTE is revoked from the API roles (see 007_admin.sql).
 
 -- Bump when the capture template changes: installs recompile every registered table once.
-create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 5';
+create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 6';
 
 create or replace function kizuna.compile_table(table_name text) returns void
 language plpgsql security definer set search_path = pg_catalog, public as $$
@@ -80,6 +80,10 @@ begin
   -- TRUNCATE fires no row triggers, so it would silently bypass sync: refuse it.
   execute format('create or replace trigger kizuna_no_truncate before truncate on %s
                   for each statement execute function kizuna.refuse_truncate()', t.rel);
+  -- In replica sessions too: a logical replication subscriber applies its changes with
+  -- session_replication_role = replica (so do restores that turn triggers off), where ordinary
+  -- triggers do not fire, and clients never heard of those writes.
+  execute format('alter table %s enable always trigger kizuna_capture, enable always trigger kizuna_no_truncate', t.rel);
   update kizuna.synced_tables set compiled_version = kizuna.compile_version() where name = t.name;
 end
 $$;

@@ -108,5 +108,7 @@ begin
     create constraint trigger kizuna_fence after insert on kizuna.tx_marker
       deferrable initially deferred for each row execute function kizuna.fence();
   end if;
+  -- Capture fires in replica sessions (003_registry.sql), so its fence must too.
+  alter table kizuna.tx_marker enable always trigger kizuna_fence;
 end
 $$;

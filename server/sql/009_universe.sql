@@ -105,7 +105,7 @@ create unlogged table if not exists kizuna.universe_marker (xid xid8 primary key
 -- Registry and compiled capture.
 
 -- Bump when the compiled template changes: installs recompile every registered table once.
-create or replace function kizuna.universe_compile_version() returns integer language sql immutable as 'select 3';
+create or replace function kizuna.universe_compile_version() returns integer language sql immutable as 'select 4';
 
 create or replace function kizuna.universe_compile(table_rel regclass) returns void
 language plpgsql security definer set search_path = pg_catalog, public as $$
@@ -172,6 +172,8 @@ begin
   execute format('create or replace trigger kizuna_universe_no_truncate before truncate on %s
                   for each statement execute function kizuna.refuse_truncate(%L, %L, %L)', table_rel,
                  'registered for universe sync', 'its outbox', 'kizuna.unregister_universe_table');
+  -- In replica sessions too (see 003_registry.sql).
+  execute format('alter table %s enable always trigger kizuna_universe, enable always trigger kizuna_universe_no_truncate', table_rel);
   execute format('revoke all on function kizuna.%I(%s), kizuna.%I(%s), kizuna.%I() from public',
                  image_fn, table_rel, after_fn, table_rel, 'universe_capture_' || oid_);
   update kizuna.universe_tables set compiled_version = kizuna.universe_compile_version() where rel = table_rel;
@@ -291,6 +293,7 @@ begin
     create constraint trigger kizuna_universe_fold after insert on kizuna.universe_marker
       deferrable initially deferred for each row execute function kizuna.universe_fold();
   end if;
+  alter table kizuna.universe_marker enable always trigger kizuna_universe_fold;
 end
 $$;
 

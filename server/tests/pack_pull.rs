@@ -268,3 +268,37 @@ async fn pages_of_large_rows_end_by_their_bytes_and_the_run_still_brings_every_r
     assert_eq!(run.entries.len(), expected.len());
     assert_eq!(pages_of(&run), pages);
 }
+
+#[tokio::test]
+async fn writes_made_in_a_replication_session_reach_clients_like_any_other() {
+    let db = TestDb::with_todos().await;
+    let alice = Caller::user(ALICE);
+    six_rows(&db, &alice).await;
+    let first = pull_run(db.client(), &alice, DEVICE, None, &[&bucket()], 100).await.unwrap();
+    assert_eq!(first.entries.len(), 6);
+    // A logical replication subscriber applies its changes with session_replication_role =
+    // replica (so do restores that disable triggers): ordinary triggers do not fire there, and the
+    // change log never heard of these writes.
+    let replica = db.connect().await;
+    replica
+        .batch_execute(&format!(
+            "set session_replication_role = replica;
+             insert into public.todos (id, owner, title) values ('g', '{ALICE}', 'replicated');
+             update public.todos set title = 'renamed' where id = 'a';
+             delete from public.todos where id = 'b';"
+        ))
+        .await
+        .unwrap();
+    let err = replica.batch_execute("truncate public.todos").await.expect_err("a truncate would bypass sync");
+    assert!(err.to_string().contains("truncate") || err.as_db_error().is_some(), "{err}");
+    let run = pull_run(db.client(), &alice, DEVICE, Some(&first.checkpoint), &[&bucket()], 100).await.unwrap();
+    let got: Vec<(String, Value)> = run.entries.iter()
+        .map(|e| (e["pk"].as_str().unwrap().to_string(), if e["deleted"] == json!(true) { json!("deleted") } else { e["row"]["title"].clone() }))
+        .collect();
+    let mut got = got;
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(got, [("a".into(), json!("renamed")), ("b".into(), json!("deleted")), ("g".into(), json!("replicated"))]);
+    // A device's first sync has them too.
+    let fresh = pull_run(db.client(), &alice, "c0000000-0000-4000-8000-0000000000a9", None, &[&bucket()], 100).await.unwrap();
+    assert_eq!(fresh.entries.len(), 6);
+}

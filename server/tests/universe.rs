@@ -202,6 +202,20 @@ async fn writes_from_any_caller_arrive_on_the_target_exactly_as_written() {
     let status = u.source_status().await;
     assert_eq!((status["pending"].as_i64(), status["dead_letters"].as_i64()), (Some(0), Some(0)), "{status}");
     assert_eq!(status["applied_total"].as_u64(), Some(report["applied"].as_u64().unwrap() + 1), "{status}");
+
+    // A write applied with session_replication_role = replica (a logical replication subscriber,
+    // a restore that turns triggers off) arrives too, and a truncate there is refused all the same.
+    let replica = u.source.connect().await;
+    replica
+        .batch_execute("set session_replication_role = replica;
+                        insert into public.items (id, title, amount, region) values ('h', 'replicated', 9, 'eu')")
+        .await
+        .unwrap();
+    let refused = replica.batch_execute("truncate public.items").await.unwrap_err();
+    assert_eq!(refused.as_db_error().map(|e| e.code().code()), Some("KZP05"), "{refused:?}");
+    let replicated = u.sync(&[]).await;
+    assert_eq!(replicated["applied"].as_u64(), Some(1), "{replicated}");
+    assert_eq!(Universe::rows(&u.target, "true").await, Universe::rows(&u.source, "region = 'eu'").await);
 }
 
 #[tokio::test]
