@@ -120,12 +120,25 @@ impl Display for Field<'_> {
     }
 }
 
+#[wasm_bindgen]
+extern "C" {
+    /// `Object.keys`, with what it throws (a `Proxy` whose `ownKeys` throws) as an `Err`.
+    #[wasm_bindgen(js_namespace = Object, js_name = keys, catch)]
+    fn own_keys(object: &JsValue) -> Result<Array, JsValue>;
+}
+
+/// Why a property could not be read, in the app's words: what its getter (or a `Proxy`) threw.
+fn unreadable(what: &dyn Display, thrown: &JsValue) -> JsValue {
+    invalid(format!("{what} could not be read: {}", crate::error::describe(thrown)))
+}
+
 /// The properties of a plain object, each a JSON value nested `depth` levels down in its column.
+/// A property whose getter throws is refused, as `JSON.stringify` throws, never left out.
 fn columns(value: &JsValue, what: &dyn Display, depth: usize) -> Result<serde_json::Map<String, Value>, JsValue> {
     let mut map = serde_json::Map::new();
-    for key in Object::keys(value.unchecked_ref::<Object>()).iter() {
+    for key in own_keys(value).map_err(|e| unreadable(what, &e))?.iter() {
         let name = string(&key, &format_args!("a column name in {what}"))?.unwrap_or_default();
-        let item = Reflect::get(value, &key).unwrap_or(JsValue::UNDEFINED);
+        let item = Reflect::get(value, &key).map_err(|e| unreadable(&Field { parent: what, name: &name }, &e))?;
         if !item.is_undefined() {
             let column = json(&item, &Field { parent: what, name: &name }, depth)?;
             map.insert(name, column);

@@ -57,6 +57,10 @@ async fn bad_arguments_are_coded_errors_that_store_nothing() {
         "return client.patch('todos', 'k', {note: ['\\udc00']})",
         // An array whose prototype was swapped is still an array to JSON.stringify, not columns.
         "return client.put('todos', 'k', Object.setPrototypeOf(['x'], Object.prototype))",
+        // A column that cannot be read is refused, as JSON.stringify throws, not left out.
+        "return client.put('todos', 'k', {title: 'x', get note() { throw new Error('unreadable') }})",
+        "return client.patch('todos', 'k', {note: {get deep() { throw new Error('unreadable') }}})",
+        "return client.put('todos', 'k', new Proxy({title: 'x'}, {ownKeys() { throw new Error('no keys') }}))",
     ];
     for snippet in snippets {
         let err = js_await(&client, snippet).await.expect_err(snippet);
@@ -68,6 +72,7 @@ async fn bad_arguments_are_coded_errors_that_store_nothing() {
         ("return client.put('todos', 'k', {title: NaN})", "row.title is NaN,"),
         ("return client.patch('todos', 'k', {n: -Infinity})", "columns.n is -Infinity,"),
         ("return client.requeueDeadLetter(3.5)", "not 3.5"),
+        ("return client.put('todos', 'k', {title: 'x', get note() { throw new Error('unreadable') }})", "row.note could not be read: Error: unreadable"),
     ] {
         let err = js_await(&client, snippet).await.expect_err(snippet);
         let message = js_sys::Reflect::get(&err, &"message".into()).unwrap().as_string().unwrap_or_default();
