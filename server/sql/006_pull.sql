@@ -207,7 +207,7 @@ begin
       total := total + n;
     end if;
     if g.images is not null then
-      total := total + (select count(*) from unnest(g.images) i where kizuna.image_visible(t.rel, i));
+      total := total + (select count(*) from kizuna.visible_images(t.rel, g.images));
     end if;
   end loop;
   return total;
@@ -328,15 +328,18 @@ begin
     exit when not over or ordered;
   end loop;
 
-  for i in 1 .. determined loop
-    c := candidates[i];
-    if c.deleted then
-      select s.* into t from kizuna.synced_tables s where s.name = c.tbl;
-      if t.name is not null and kizuna.image_visible(t.rel, c.image) then
-        rendered[i] := jsonb_build_object('seq', c.seq, 'table', c.tbl, 'pk', c.pk,
-                                          'bucket', c.bucket, 'deleted', true);
-      end if;
-    end if;
+  -- Tombstones, through the caller's SELECT policy over the images they keep, a table at a time.
+  for t in select s.* from kizuna.synced_tables s
+            where s.name in (select candidates[i].tbl from generate_subscripts(candidates, 1) i
+                              where i <= determined and candidates[i].deleted) loop
+    positions := array(select i from generate_subscripts(candidates, 1) i
+                        where i <= determined and candidates[i].deleted and candidates[i].tbl = t.name order by i);
+    for live in select positions[v] as i
+                  from kizuna.visible_images(t.rel, array(select candidates[p].image from unnest(positions) with ordinality u(p, o) order by o)) v loop
+      c := candidates[live.i];
+      rendered[live.i] := jsonb_build_object('seq', c.seq, 'table', c.tbl, 'pk', c.pk,
+                                             'bucket', c.bucket, 'deleted', true);
+    end loop;
   end loop;
   entries := (select coalesce(jsonb_agg(e order by i), '[]'::jsonb)
                 from unnest(rendered) with ordinality u(e, i) where e is not null and i <= determined);
