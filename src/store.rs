@@ -353,9 +353,7 @@ impl Store {
     /// `each` sees every record, one at a time.
     pub async fn records_where(&self, index: &str, value: &str, mut each: impl FnMut(&JsValue)) -> Result<(), ClientError> {
         let tx = self.transaction(TransactionMode::Readonly)?;
-        let rows = store(&tx, ROWS)?;
-        let index = rows.index(index).map_err(failed)?;
-        let found = index.get_all::<JsValue>().with_query(JsValue::from_str(value)).primitive().map_err(failed)?.await;
+        let found = read_index(&store(&tx, ROWS)?, index, value)?.await;
         for record in found.map_err(failed)? {
             each(&record.map_err(failed)?);
         }
@@ -376,10 +374,7 @@ impl Store {
 
     /// Takes the database's declared indexes as read in a transaction (absent: none declared).
     fn follow_declaration(&self, stored: Option<JsValue>) -> Result<(), ClientError> {
-        let stored: Indexes = stored.map(from_js).transpose()?.unwrap_or_default();
-        if *self.indexes.borrow() != stored {
-            *self.indexes.borrow_mut() = stored;
-        }
+        *self.indexes.borrow_mut() = stored.map(from_js).transpose()?.unwrap_or_default();
         Ok(())
     }
 
@@ -391,25 +386,17 @@ impl Store {
         let tx = self.transaction(TransactionMode::Readonly)?;
         let rows = store(&tx, ROWS)?;
         let declared = store(&tx, META)?.get(JsValue::from_str(INDEXES_KEY)).primitive().map_err(failed)?;
+        // Through the declared index of a condition, else the table's.
+        let read = |token: &Option<String>| match token {
+            Some(token) => read_index(&rows, "eq", token),
+            None => read_index(&rows, "table", table),
+        };
         let known = crate::indexes::lookup(&self.indexes.borrow(), table, conditions);
-        let read = |index: &str, value: &str| -> Result<_, ClientError> {
-            rows.index(index).map_err(failed)?.get_all::<JsValue>().with_query(JsValue::from_str(value)).primitive().map_err(failed)
-        };
-        let guessed = match &known {
-            Some(token) => read("eq", token)?,
-            None => read("table", table)?,
-        };
+        let guessed = read(&known)?;
         self.follow_declaration(present(declared.await.map_err(failed)?))?;
-        let found = if crate::indexes::lookup(&self.indexes.borrow(), table, conditions) == known {
-            guessed.await
-        } else {
-            drop(guessed);
-            match crate::indexes::lookup(&self.indexes.borrow(), table, conditions) {
-                Some(token) => read("eq", &token)?.await,
-                None => read("table", table)?.await,
-            }
-        };
-        for record in found.map_err(failed)? {
+        let stands = crate::indexes::lookup(&self.indexes.borrow(), table, conditions);
+        let found = if stands == known { guessed } else { read(&stands)? };
+        for record in found.await.map_err(failed)? {
             each(&record.map_err(failed)?);
         }
         Ok(())
@@ -905,4 +892,10 @@ impl StepRecords {
         self.taken += 1;
         self.parsed.get(self.taken - 1)
     }
+}
+
+/// Issues a read of the records of `rows` whose `index` field ("table", "bucket" or "eq") equals
+/// `value`.
+fn read_index<'a>(rows: &ObjectStore<'a>, index: &str, value: &str) -> Result<impl std::future::Future<Output = indexed_db_futures::Result<impl Iterator<Item = indexed_db_futures::Result<JsValue>>>> + 'a, ClientError> {
+    rows.index(index).map_err(failed)?.get_all::<JsValue>().with_query(JsValue::from_str(value)).primitive().map_err(failed)
 }
