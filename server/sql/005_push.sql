@@ -675,8 +675,7 @@ $$;
 create or replace function kizuna.tombstone_verdict(m jsonb, t kizuna.synced_tables, seen_images jsonb) returns jsonb
 language plpgsql as $$
 begin
-  if exists (select 1 from jsonb_array_elements(coalesce(seen_images, '[]')) i
-              where kizuna.image_visible(t.rel, i)) then
+  if exists (select 1 from kizuna.visible_images(t.rel, array(select jsonb_array_elements(coalesce(seen_images, '[]'))))) then
     return kizuna.rejected(m, 'DELETE_WINS');
   end if;
   return kizuna.rejected(m, 'RLS_DENIED');
