@@ -67,10 +67,14 @@ $$;
 
 -- Errors that are faults of the server itself, not of one mutation: connection, transaction state,
 -- serialization failure and deadlock, resources (memory, disk, connections), locks not available,
--- operator intervention and shutdown, system and internal errors. They fail the whole request, which
--- the gateway answers 5xx and the client retries; every other error refuses the one mutation.
+-- operator intervention and shutdown, system errors, corrupt data or indexes. They fail the whole
+-- request, which the gateway answers 5xx and the client retries; every other error refuses the one
+-- mutation. XX000 (internal_error) is not among them: it is what an extension's C code raises when
+-- it has no better code, for the data it was given (PostGIS: "parse error - invalid geometry"), so
+-- one such write failed every push of its device forever, and retrying never helps it.
 create or replace function kizuna.is_server_fault(state text) returns boolean language sql immutable as $$
-  select left(state, 2) in ('08', '25', '2D', '3B', '40', '53', '55', '57', '58', '72', 'F0', 'HV', 'XX')
+  select left(state, 2) in ('08', '25', '2D', '3B', '40', '53', '55', '57', '58', '72', 'F0', 'HV')
+      or state in ('XX001', 'XX002')
 $$;
 
 -- The row as the caller's SELECT policy renders it, or null.

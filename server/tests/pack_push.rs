@@ -278,3 +278,35 @@ async fn a_delete_with_columns_null_deletes_as_one_without_columns() {
     assert_eq!(statuses(&r), ["APPLIED"], "{r}");
     assert_eq!(db.one::<i64>("select count(*) from public.todos").await, 0);
 }
+
+#[tokio::test]
+async fn data_an_extension_calls_internal_error_refuses_that_write_alone() {
+    // PostGIS and other C extensions raise XX000 (internal_error) for bad input: "parse error -
+    // invalid geometry". It was a fault of the server: every push of the device failed with 5xx,
+    // retried forever, and each write behind the bad one waited with it. A trigger raises it here.
+    let db = TestDb::with_todos().await;
+    db.exec(
+        "create function public.todos_geometry() returns trigger language plpgsql as $$
+         begin
+           if new.title = 'POINT(oops)' then
+             raise exception 'parse error - invalid geometry' using errcode = 'XX000';
+           end if;
+           return new;
+         end $$;
+         create trigger todos_geometry before insert or update on public.todos
+           for each row execute function public.todos_geometry();",
+    )
+    .await;
+    let alice = Caller::user(ALICE);
+    let todo = |seq: i64, title: &str| mutation(seq, "todos", &format!("t{seq}"), "upsert", json!({"title": title}));
+    // Alone, and amid a run the pack would write in one statement.
+    let r = db.push(&alice, push_request(DEVICE, vec![todo(1, "POINT(oops)")])).await.unwrap();
+    assert_eq!(statuses(&r), ["REJECTED:VALIDATION_FAILED"], "{r}");
+    let r = db
+        .push(&alice, push_request(DEVICE, vec![todo(2, "a"), todo(3, "b"), todo(4, "POINT(oops)"), todo(5, "c"), todo(6, "d"), todo(7, "e")]))
+        .await
+        .unwrap();
+    assert_eq!(statuses(&r), ["APPLIED", "APPLIED", "REJECTED:VALIDATION_FAILED", "APPLIED", "APPLIED", "APPLIED"], "{r}");
+    assert_eq!(db.one::<i64>("select count(*) from public.todos").await, 5);
+    assert!(!r["verdicts"][2]["message"].as_str().unwrap().contains("geometry"), "no internals: {r}");
+}
