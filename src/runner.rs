@@ -424,9 +424,23 @@ impl Inner {
         let mut answer = self.send_next(settle).await?;
         for n in 1..=MAX_PUSHES_PER_SYNC {
             let Some(this) = answer.take() else { break };
-            // What the answer settles: the rows of the slice's keys (read in its step unless held).
-            let keys = self.engine.borrow().in_flight_keys();
+            // What the answer settles: the rows of the slice's keys (read in its step unless held),
+            // and those stored under the keys its verdicts respell (`Engine::respelled_keys`).
+            let (keys, respelled) = {
+                let engine = self.engine.borrow();
+                let respelled = this.as_ref().map_or_else(|_| Vec::new(), |response| engine.respelled_keys(response));
+                (engine.in_flight_keys(), respelled)
+            };
             let txn = self.begin_settling(true, &keys).await?;
+            if !respelled.is_empty() {
+                match txn.rows(&respelled).await {
+                    Ok(found) => self.engine.borrow_mut().remember_respelled(&respelled, &found),
+                    Err(e) => {
+                        txn.abort();
+                        return Err(e);
+                    }
+                }
+            }
             let t = now();
             let (stepped, go_on) = match this {
                 Ok(response) => {

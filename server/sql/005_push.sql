@@ -644,8 +644,12 @@ begin
     if op <> 'delete' then
       row_bucket := kizuna.bucket_of(t.rel, result);
     end if;
+    -- `pk`: the key's one spelling when it was sent in another (an upper-case uuid), so the writer
+    -- moves its row there: the pull brings the row under it, and the row under the spelling sent
+    -- would stay a second one on the device.
     return jsonb_strip_nulls(jsonb_build_object('id', m -> 'id', 'status', 'APPLIED', 'replayed', false,
-                              'bucket', row_bucket, '_fresh', true, '_seq', m -> 'client_seq'));
+                              'bucket', row_bucket, 'pk', nullif(key, m ->> 'pk'),
+                              '_fresh', true, '_seq', m -> 'client_seq'));
   exception
     when sqlstate 'KZV01' then
       get stacked diagnostics err_message = message_text;
@@ -702,6 +706,11 @@ begin
   b := kizuna.bucket_of(t.rel, r);
   if b is not null then
     v := v || jsonb_build_object('bucket', b);
+  end if;
+  -- The row's key in its one spelling when the write named it in another (as for APPLIED), so the
+  -- writer keeps the server's row under the key a pull brings it under.
+  if r ->> t.pk_column is distinct from m ->> 'pk' and r ? t.pk_column then
+    v := v || jsonb_build_object('pk', r ->> t.pk_column);
   end if;
   return jsonb_set(v, '{server_row}', coalesce(r, 'null'));
 end

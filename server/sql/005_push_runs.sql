@@ -426,6 +426,7 @@ begin
   -- Each mutation's row is found by its key in `done`, in one pass over the run.
   select jsonb_agg(case when done ? u.k then jsonb_strip_nulls(jsonb_build_object(
            'id', muts -> (u.p - 1) -> 'id', 'status', 'APPLIED', 'replayed', false, 'bucket', done -> u.k,
+           'pk', nullif(u.k, muts -> (u.p - 1) ->> 'pk'),
            '_fresh', true, '_seq', muts -> (u.p - 1) -> 'client_seq')) end order by u.x),
          array_agg(u.x) filter (where not done ? u.k)
     into verdicts, unwritten

@@ -210,6 +210,40 @@ async fn a_key_sent_in_another_spelling_is_the_same_key() {
     assert_eq!(db.one::<String>(&format!("select label from public.tags where id = '{other}'")).await, "z");
 }
 
+/// A verdict names the key in its one spelling when the write sent another, applied alone, in a run,
+/// refused with the server's row, or replayed: the writer moves its row there, or a pull would
+/// bring the row under the lower-case key beside the device's own (two rows of one key).
+#[tokio::test]
+async fn a_verdict_names_the_key_in_its_one_spelling_when_it_was_sent_in_another() {
+    let db = TestDb::new().await;
+    db.owned_table("tags", "id uuid primary key, label text check (label <> 'refused')", "").await;
+    let alice = Caller::user(ALICE);
+    let keys: Vec<String> = (0..4).map(|i| format!("{i}a0b0c0d-1e2f-4a4b-8c8d-9e9fa0a1b2c3")).collect();
+    let upsert = |seq: i64, key: &str, label: &str| mutation(seq, "tags", key, "upsert", json!({"label": label}));
+
+    let alone = upsert(1, &keys[0].to_uppercase(), "a");
+    let r = db.push(&alice, push_request(DEVICE, vec![alone.clone()])).await.unwrap();
+    assert_eq!(statuses(&r), ["APPLIED"]);
+    assert_eq!(r["verdicts"][0]["pk"], keys[0].as_str(), "{r}");
+
+    // A run the pack writes in one statement: each verdict its own key; a lower-case one names none.
+    let run = vec![upsert(2, &keys[1].to_uppercase(), "b"), upsert(3, &keys[2], "c"), upsert(4, &keys[3].to_uppercase(), "d")];
+    let r = db.push(&alice, push_request(DEVICE, run)).await.unwrap();
+    assert_eq!(statuses(&r), ["APPLIED", "APPLIED", "APPLIED"]);
+    let pks: Vec<&Value> = r["verdicts"].as_array().unwrap().iter().map(|v| &v["pk"]).collect();
+    assert_eq!(pks, [&json!(keys[1]), &Value::Null, &json!(keys[3])], "{r}");
+
+    // Refused, with the server's row: the key of that row.
+    let r = db.push(&alice, push_request(DEVICE, vec![upsert(5, &keys[1].to_uppercase(), "refused")])).await.unwrap();
+    assert_eq!(statuses(&r), ["REJECTED:CONSTRAINT_VIOLATION"]);
+    assert_eq!((&r["verdicts"][0]["pk"], &r["verdicts"][0]["server_row"]["label"]), (&json!(keys[1]), &json!("b")), "{r}");
+
+    // Replayed from the ledger: the same verdict, the key with it.
+    let r = db.push(&alice, push_request(DEVICE, vec![alone])).await.unwrap();
+    assert_eq!((&r["verdicts"][0]["replayed"], &r["verdicts"][0]["pk"]), (&json!(true), &json!(keys[0])), "{r}");
+    assert_eq!(db.one::<i64>("select count(*) from public.tags").await, 4);
+}
+
 /// A key longer or finer than its column holds names no row: the wire's text key is cast to the
 /// column's type without its length or precision (an explicit cast to `varchar(8)` cut it to its
 /// first eight characters, and a delete of one key removed another row), alone and in a run of

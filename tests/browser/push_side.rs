@@ -476,3 +476,47 @@ async fn a_partial_write_after_an_applied_one_keeps_its_columns_with_no_pull_bet
     let server = server_view(&user, "todos", &id).await;
     assert_eq!((server["title"].clone(), server["done"].clone()), (json!("second"), json!(true)), "{server}");
 }
+
+/// A uuid key written in upper case (Swift's `UUID().uuidString`, an id typed by hand) is one row
+/// under PostgreSQL's spelling: the verdict names it, the device moves its row there with a write
+/// still pending on it, and pulls bring the server's row under the same key. Before, the device
+/// kept its row under the spelling it wrote and the pull added a second one.
+#[wasm_bindgen_test]
+async fn a_uuid_key_written_in_upper_case_is_one_row_under_the_servers_spelling() {
+    let user = random_id();
+    let name = format!("respelled-{}", random_id());
+    let (first, second) = (random_id(), random_id());
+    let client = open(&options(&name, &user)).await;
+    ok(client.sync()).await; // a checkpoint first: the first pull would replace every row anyway
+
+    // A new row, written twice before it is pushed.
+    ok(client.put("tags".into(), first.to_uppercase().into(), to_js(&json!({"label": "a"})), None)).await;
+    ok(client.patch("tags".into(), first.to_uppercase().into(), to_js(&json!({"color": "red"})), None)).await;
+    ok(client.sync()).await;
+    assert_eq!(from_js(client.pending_writes()), json!([]));
+    let rows = ok(client.query("tags".into(), None)).await;
+    assert_eq!(rows.as_array().map(Vec::len), Some(1), "one row: {rows}");
+    assert_eq!(ok(client.get("tags".into(), first.to_uppercase().into())).await, Value::Null, "none under the spelling written");
+    let row = ok(client.get("tags".into(), first.clone().into())).await;
+    assert_eq!((&row["id"], &row["label"], &row["color"]), (&json!(first), &json!("a"), &json!("red")), "{row}");
+
+    // A row another device made, pulled under its one spelling, then written in upper case here.
+    let other = open(&options(&format!("respelled-other-{}", random_id()), &user)).await;
+    ok(other.put("tags".into(), second.clone().into(), to_js(&json!({"label": "theirs", "color": "blue"})), None)).await;
+    ok(other.sync()).await;
+    other.close();
+    ok(client.sync()).await;
+    ok(client.patch("tags".into(), second.to_uppercase().into(), to_js(&json!({"label": "mine"})), None)).await;
+    ok(client.sync()).await;
+    let row = ok(client.get("tags".into(), second.clone().into())).await;
+    assert_eq!((&row["label"], &row["color"]), (&json!("mine"), &json!("blue")), "the write landed on the pulled row: {row}");
+    assert_eq!(ok(client.get("tags".into(), second.to_uppercase().into())).await, Value::Null);
+    client.close();
+
+    let reopened = open(&options(&name, &user)).await;
+    ok(reopened.sync()).await;
+    let rows = ok(reopened.query("tags".into(), None)).await;
+    assert_eq!(rows.as_array().map(Vec::len), Some(2), "two rows, each once, after a reload: {rows}");
+    assert_eq!(server_view(&user, "tags", &second).await["label"], "mine");
+    reopened.close();
+}

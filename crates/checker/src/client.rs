@@ -152,6 +152,10 @@ impl Client {
         // As the adapter does: the rows the answer settles, read in its step.
         let keys = self.engine.in_flight_keys();
         self.engine.remember(&keys, &self.store.rows_of(&keys));
+        if let Ok(response) = &result {
+            let respelled = self.engine.respelled_keys(response);
+            self.engine.remember_respelled(&respelled, &self.store.rows_of(&respelled));
+        }
         let tx = match result {
             Ok(response) => self.engine.on_push_response(now_ms(), response),
             Err(failure) => self.engine.on_push_failure(now_ms(), failure),

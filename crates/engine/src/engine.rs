@@ -33,6 +33,9 @@ pub struct Engine {
     /// ([`Engine::remember`], with the keys from [`Engine::in_flight_keys`], [`Engine::dead_group_keys`]
     /// or, for a rehydrating commit, [`Engine::tracked_keys`]).
     pub(crate) rows: BTreeMap<RowKey, RowRecord>,
+    /// The stored records of the keys the answer in hand moves rows to (a verdict's `pk`), read in
+    /// its step ([`Engine::respelled_keys`], [`Engine::remember_respelled`]); emptied by the answer.
+    pub(crate) respelled: BTreeMap<RowKey, RowRecord>,
     pub(crate) prng: Prng,
     pub(crate) push: PushState,
     pub(crate) pull: PullState,
@@ -64,6 +67,7 @@ impl Engine {
             outbox: Outbox::default(),
             dead: Vec::new(),
             rows: BTreeMap::new(),
+            respelled: BTreeMap::new(),
             prng,
             push: PushState::default(),
             pull: PullState::new(),

@@ -248,7 +248,7 @@ mod tests {
     }
 
     fn verdict(e: &EventState, status: VerdictStatus, reason: Option<Reason>) -> Verdict {
-        Verdict { id: e.key, status, seq: None, reason, bucket: None, message: Some("no".into()), server_row: None, replayed: false }
+        Verdict { id: e.key, status, seq: None, reason, bucket: None, pk: None, message: Some("no".into()), server_row: None, replayed: false }
     }
 
     fn network() -> Failure {

@@ -6,14 +6,76 @@
 //! `DELAYED` keeps the entry pending, refunding the attempt. Nothing is dropped quietly: a
 //! mutation without a usable verdict stays pending and backs off.
 
-use kizuna_protocol::{PushResponse, VerdictStatus};
+use std::collections::BTreeMap;
+
+use kizuna_protocol::{PushResponse, Verdict, VerdictStatus};
 
 use crate::engine::Engine;
 use crate::rebase::apply_op;
-use crate::records::{Millis, RowKey};
+use crate::records::{Millis, RowKey, RowRecord};
 use crate::transaction::{ChangeOrigin, Event, StoreOp, Transaction};
 
 impl Engine {
+    /// Where a verdict moves its mutation's row: the key in the server's one spelling, when the
+    /// mutation sent another (an upper-case uuid). Only verdicts the engine acts on move rows.
+    fn respelling(v: &Verdict, pk: &str) -> Option<String> {
+        let acted_on = v.status == VerdictStatus::Applied || (v.status == VerdictStatus::Rejected && v.reason.is_some());
+        v.pk.as_ref().filter(|canonical| acted_on && canonical.as_str() != pk).cloned()
+    }
+
+    /// The keys `response` moves rows to that this engine does not hold: the adapter reads their
+    /// stored records in the answer's step and hands them over with [`Engine::remember_respelled`]
+    /// before [`Engine::on_push_response`], which merges the moved row into what is stored there
+    /// (a row pulled under the server's spelling before).
+    pub fn respelled_keys(&self, response: &PushResponse) -> Vec<RowKey> {
+        let Some(in_flight) = &self.push.in_flight else { return Vec::new() };
+        let keys: std::collections::BTreeSet<RowKey> = in_flight
+            .seqs()
+            .filter_map(|seq| self.outbox.get(&seq))
+            .filter_map(|e| {
+                let v = response.verdicts.iter().find(|v| v.id == e.id)?;
+                Some(RowKey::new(e.table.clone(), Self::respelling(v, &e.pk)?))
+            })
+            .filter(|key| !self.holds_row(key))
+            .collect();
+        keys.into_iter().collect()
+    }
+
+    /// The stored records of [`Engine::respelled_keys`] (a key missing from `found` has none).
+    pub fn remember_respelled(&mut self, keys: &[RowKey], found: &BTreeMap<RowKey, RowRecord>) {
+        for key in keys {
+            let record = found.get(key).cloned().unwrap_or_else(|| RowRecord::empty(key));
+            self.respelled.insert(key.clone(), record);
+        }
+    }
+
+    /// Moves what this device holds under `from` to `to`, the server's spelling of the same key:
+    /// the pending writes of `from` name `to` from now on (their own verdicts then name no other
+    /// key), and the row under `from` is left with no base, since the server holds no row under
+    /// that spelling; a base it had (this device's writes the server confirmed before it answered
+    /// with the spelling) is kept at `to` unless a row is stored there already.
+    fn respell(&mut self, from: &RowKey, to: &RowKey, tx: &mut Transaction) {
+        let seqs: Vec<i64> = self.outbox.for_key(from).map(|e| e.seq).collect();
+        for seq in seqs {
+            let mut entry = self.outbox.remove(&seq).expect("listed by its key");
+            entry.pk = to.pk.clone();
+            tx.ops.push(StoreOp::PutOutbox(entry.clone()));
+            self.outbox.insert(seq, entry);
+        }
+        let mut moved = self.mirrored(from);
+        let mut record = match self.rows.get(to) {
+            Some(held) => held.clone(),
+            None => self.respelled.remove(to).unwrap_or_else(|| RowRecord::empty(to)),
+        };
+        if record.base.is_none() && record.visible.is_none() {
+            record.base = moved.base.take();
+            record.bucket = moved.bucket.take();
+        }
+        moved.base = None;
+        self.rows.insert(from.clone(), moved);
+        self.rows.insert(to.clone(), record);
+    }
+
     /// True when a verdict names a bucket this device does not pull: the row is not part of the
     /// device's data (no pull of its would ever bring or remove it), so it is not kept once no write
     /// of ours is pending.
@@ -27,6 +89,7 @@ impl Engine {
     /// mutation without a usable verdict stays pending and backs off like a retryable failure.
     pub fn on_push_response(&mut self, now: Millis, response: PushResponse) -> Transaction {
         let Some(in_flight) = self.push.in_flight.take() else {
+            self.respelled.clear();
             return Transaction::default();
         };
         self.note_success(now);
@@ -37,9 +100,15 @@ impl Engine {
         let mut unanswered = 0usize;
 
         for seq in in_flight.seqs() {
+            let Some(sent) = self.outbox.get(&seq) else { continue };
+            let verdict = response.verdicts.iter().find(|v| v.id == sent.id);
+            if let Some(canonical) = verdict.and_then(|v| Self::respelling(v, &sent.pk)) {
+                let (from, to) = (sent.key(), RowKey::new(sent.table.clone(), canonical));
+                self.respell(&from, &to, &mut tx);
+                touched.push(from);
+            }
             let Some(entry) = self.outbox.get(&seq).cloned() else { continue };
             let key = entry.key();
-            let verdict = response.verdicts.iter().find(|v| v.id == entry.id);
             match verdict.map(|v| (v.status, v)) {
                 Some((VerdictStatus::Applied | VerdictStatus::Skipped, v)) => {
                     self.outbox.remove(&seq);
@@ -152,6 +221,7 @@ impl Engine {
         if self.outbox.is_empty() {
             self.meta.slice_limit = None;
         }
+        self.respelled.clear();
         tx.ops.push(self.put_meta());
         tx
     }

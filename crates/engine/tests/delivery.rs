@@ -516,3 +516,46 @@ fn a_slice_that_must_write_first_is_not_polled_unwritten() {
     assert!(!h.engine.push_due(h.now), "in flight");
     assert!(h.engine.poll_push_unwritten(h.now).is_none());
 }
+
+/// A verdict naming the key in the server's spelling (`pk`: the mutation sent an upper-case uuid)
+/// moves the row there: merged into the row stored under that spelling (read in the answer's step),
+/// with the writes still pending on it; nothing stays under the spelling sent, which no pull would
+/// ever update or remove (a second row of the same key).
+#[test]
+fn a_verdict_in_another_spelling_of_the_key_moves_the_row_and_its_pending_writes_there() {
+    let (lower, upper) = ("0a0b0c0d-1e2f-4a4b-8c8d-9e9fa0a1b2c3", "0A0B0C0D-1E2F-4A4B-8C8D-9E9FA0A1B2C3");
+    let mut h = Harness::new(Config::default());
+    h.server.remote_write("todos", lower, Op::Upsert, Some(row(json!({"title": "srv", "done": false}))));
+    assert!(h.pull_step());
+    h.reload(); // the pulled row is in the store only, as after a reload
+
+    h.write("todos", upper, Op::Patch, Some(json!({"title": "mine"})));
+    let (request, tx) = h.engine.poll_push(h.now).unwrap();
+    h.store.apply(tx);
+    h.write("todos", upper, Op::Patch, Some(json!({"done": true}))); // made while the first is in flight
+    h.events();
+    let mut response = h.server.push(h.now, request).unwrap();
+    response.verdicts[0].pk = Some(lower.into());
+    let keys = h.engine.respelled_keys(&response);
+    assert_eq!(keys, [kizuna_engine::RowKey::new("todos", lower)]);
+    h.engine.remember_respelled(&keys, &h.store.rows_of(&keys));
+    let tx = h.engine.on_push_response(h.now, response);
+    h.store.apply(tx);
+
+    assert_eq!(h.store.visible("todos", upper), None, "nothing is left under the spelling sent");
+    let rec = &h.store.rows[&kizuna_engine::RowKey::new("todos", lower)];
+    assert_eq!(rec.base, Some(row(json!({"title": "mine", "done": false}))), "the applied patch, over the row stored there");
+    assert_eq!(rec.visible, Some(row(json!({"title": "mine", "done": true}))), "the write still pending, replayed on it");
+    let pending: Vec<&str> = h.store.outbox.values().map(|e| e.pk.as_str()).collect();
+    assert_eq!(pending, [lower], "the pending write names the server's spelling");
+    let changed: Vec<String> = h
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Change { keys, .. } => Some(keys.into_iter().map(|k| k.pk)),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert!(changed.contains(&upper.to_string()) && changed.contains(&lower.to_string()), "{changed:?}");
+}

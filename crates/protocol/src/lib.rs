@@ -122,6 +122,11 @@ pub struct Verdict {
     /// bucket of `server_row`, so a client keeps that row only when it pulls that bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bucket: Option<String>,
+    /// The key in its one spelling, when the mutation sent another (an upper-case uuid, a number
+    /// with leading zeros): the server wrote (or rendered `server_row`) under this one, and pulls
+    /// bring the row under it, so the writer moves its row there. Absent when they are the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pk: Option<String>,
     /// For `REJECTED`: why, in words an app may show (no internals).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
