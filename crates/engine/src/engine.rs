@@ -306,7 +306,7 @@ impl Engine {
     pub fn after_storage_failure(&mut self, now: Millis, failures: u32, error: String) {
         let wait = crate::backoff::delay(failures.max(1), self.config.retry_base_ms, self.config.retry_max_ms, &mut self.prng);
         self.health.storage_failures = failures;
-        self.health.storage_hold_until = Some(now + wait);
+        self.health.storage_hold_until = Some(now.saturating_add(wait));
         self.health.last_error = Some(error);
     }
 

@@ -230,7 +230,7 @@ impl RetryPolicy {
 
     /// The backoff after the `failures`-th consecutive failure: now plus a jittered wait.
     pub fn backoff_until(&self, failures: u32, now: Millis, prng: &mut Prng) -> Millis {
-        now + backoff::delay(failures.max(1), self.retry_base_ms, self.retry_max_ms, prng)
+        now.saturating_add(backoff::delay(failures.max(1), self.retry_base_ms, self.retry_max_ms, prng))
     }
 
     /// A unit was charged and has now used `used` of `budget`: it backs off, or is spent.
@@ -260,7 +260,7 @@ impl RetryPolicy {
     /// After a `DELAYED` answer: the entry is not sent again before this time. The attempt is
     /// refunded and the budget's count of consecutive failures restarts (the receiver answered).
     pub fn delayed_until(&self, apply_after: Option<Millis>, now: Millis) -> Millis {
-        apply_after.unwrap_or(Millis::MIN).max(now + self.retry_base_ms)
+        apply_after.unwrap_or(Millis::MIN).max(now.saturating_add(self.retry_base_ms))
     }
 }
 
@@ -283,6 +283,16 @@ mod tests {
             assert_eq!(p.on_request_failure(ErrorClass::Permanent, "KZP02", 4, 10), OnFailure::Narrow { width: 5 });
             assert_eq!(p.on_request_failure(ErrorClass::Permanent, "KZP04", 4, 10), OnFailure::Narrow { width: 1 });
         }
+    }
+
+    /// Times near the end of the clock wait until its end: the sums saturate instead of overflowing
+    /// (a debug build panicked; a release build wrapped to a time long past, due at once).
+    #[test]
+    fn times_at_the_end_of_the_clock_saturate() {
+        let p = policy(Charge::PermanentOnly, DelayWindow::HoldLocally);
+        let mut prng = Prng::new(7);
+        assert_eq!(p.backoff_until(3, Millis::MAX - 10, &mut prng), Millis::MAX);
+        assert_eq!(p.delayed_until(None, Millis::MAX - 10), Millis::MAX);
     }
 
     #[test]

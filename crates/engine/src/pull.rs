@@ -286,7 +286,7 @@ impl Engine {
         self.pull.requested = true;
         self.pull.streak += 1;
         let wait = backoff::delay(self.pull.streak, self.config.retry_base_ms, self.config.retry_max_ms, &mut self.prng);
-        self.pull.retry_at = Some(now + wait);
+        self.pull.retry_at = Some(now.saturating_add(wait));
         self.note_failure(format!("{code}: {message}"));
         Transaction {
             ops: vec![StoreOp::ClearStaging],
@@ -317,7 +317,7 @@ impl Engine {
         self.pull.run = None;
         self.pull.streak = 0;
         self.pull.retry_at = None;
-        self.pull.next_scheduled_at = Some(now + self.config.pull_interval_ms);
+        self.pull.next_scheduled_at = Some(now.saturating_add(self.config.pull_interval_ms));
         self.note_success(now);
     }
 }
