@@ -77,6 +77,31 @@ create or replace function kizuna.is_server_fault(state text) returns boolean la
       or state in ('XX001', 'XX002')
 $$;
 
+-- A key in its one spelling: `raw` cast to the key column's type and back to text (an upper-case
+-- uuid in lower case, `007` as `7`), or null when it is no value of that type, whatever the type
+-- raises for it (a data exception, a domain's CHECK). The change log, column versions and key locks
+-- compare keys as text, so every path that takes a key from a client spells it here. A fault of
+-- the server still fails the request.
+create or replace function kizuna.key_text(key_type text, raw text) returns text
+language plpgsql stable as $$
+declare
+  key text;
+begin
+  if key_type = 'text' or raw is null then
+    return raw;  -- before the block below: entering it costs a subtransaction
+  end if;
+  begin
+    execute format('select cast($1 as %s)::text', key_type) into key using raw;
+  exception when others then
+    if kizuna.is_server_fault(sqlstate) then
+      raise;
+    end if;
+    key := null;
+  end;
+  return key;
+end
+$$;
+
 -- The row as the caller's SELECT policy renders it, or null.
 create or replace function kizuna.render_row(rel regclass, pk_column name, pk text) returns jsonb
 language plpgsql stable as $$

@@ -506,25 +506,15 @@ begin
   -- One spelling per key: the change log, the column versions and the key locks compare keys as
   -- text, so a uuid or number sent in another spelling (upper case, leading zeros) must not read as
   -- a key never seen, which would resurrect a deleted row or bypass its column order.
-  if key_type <> 'text' then
-    begin
-      execute format('select cast($1 as %s)::text', key_type) into key using key;
-    exception when data_exception then
-      return kizuna.rejected(m, 'SCHEMA_MISMATCH', format('the key is not a valid %s', key_type));
-    end;
+  key := kizuna.key_text(key_type, key);
+  if key is null then
+    return kizuna.rejected(m, 'SCHEMA_MISMATCH', format('the key is not a valid %s', key_type));
   end if;
   writable := kizuna.writable_columns(t.rel);
   if op <> 'delete' then
     -- The row's own key column, in the key's one spelling too: an upper-case uuid sent as the key
     -- and as the column names one row (it was refused as differing from the key).
-    col_key := cols ->> t.pk_column;
-    if col_key is not null and key_type <> 'text' then
-      begin
-        execute format('select cast($1 as %s)::text', key_type) into col_key using col_key;
-      exception when data_exception then
-        null; -- not a valid key: it differs from the key, refused below
-      end;
-    end if;
+    col_key := kizuna.key_text(key_type, cols ->> t.pk_column);  -- null when invalid: refused below
     if exists (select 1 from jsonb_object_keys(cols) k where not writable ? k)
        or (cols ? t.pk_column and col_key is distinct from key) then
       return kizuna.rejected(m, 'SCHEMA_MISMATCH',

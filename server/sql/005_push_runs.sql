@@ -217,7 +217,6 @@ declare
   positions integer[];
   raw text[];
   keys text[];
-  one_key text;
   deleted text[];
   r record;
   runs jsonb := '[]';
@@ -246,7 +245,7 @@ begin
       from jsonb_array_elements(muts) with ordinality a(e, o)
      where verdicts[o] is null and e ->> 'batch' is null and e ->> 'table' = t.name and e ->> 'op' = any (ops);
     continue when positions is null;
-    -- One spelling per key, as the per-mutation path casts it; a key that does not cast is null.
+    -- One spelling per key (kizuna.key_text), all at once where every key casts; null where one does not.
     key_type := facts ->> 'key_type';
     keys := raw;
     if key_type <> 'text' then
@@ -258,15 +257,7 @@ begin
           raise;
         end if;
         for j in 1 .. cardinality(raw) loop
-          begin
-            execute format('select cast($1 as %s)::text', key_type) into one_key using raw[j];
-            keys[j] := one_key;
-          exception when others then
-            if kizuna.is_server_fault(sqlstate) then
-              raise;
-            end if;
-            keys[j] := null;
-          end;
+          keys[j] := kizuna.key_text(key_type, raw[j]);
         end loop;
       end;
     end if;

@@ -344,3 +344,23 @@ async fn data_an_extension_calls_internal_error_refuses_that_write_alone() {
     assert_eq!(db.one::<i64>("select count(*) from public.todos").await, 5);
     assert!(!r["verdicts"][2]["message"].as_str().unwrap().contains("geometry"), "no internals: {r}");
 }
+
+/// A key that is no value of its column's domain (a CHECK on the domain) is that write's refusal,
+/// alone and amid a run: the key's cast raised check_violation, which escaped the mutation and
+/// failed the whole request (the client then narrowed to it and charged it five times, while the
+/// writes behind it waited).
+#[tokio::test]
+async fn a_key_its_domain_refuses_is_that_writes_refusal_alone() {
+    let db = TestDb::new().await;
+    db.exec("create domain public.short_code as text check (length(value) = 4)").await;
+    db.owned_table("codes", "id public.short_code primary key, label text", "").await;
+    let alice = Caller::user(ALICE);
+    let upsert = |seq: i64, key: &str| mutation(seq, "codes", key, "upsert", json!({"label": key}));
+    let r = db.push(&alice, push_request(DEVICE, vec![upsert(1, "toolong")])).await.unwrap();
+    assert_eq!(statuses(&r), ["REJECTED:SCHEMA_MISMATCH"], "{r}");
+    let r = db.push(&alice, push_request(DEVICE, vec![upsert(2, "abcd"), upsert(3, "toolong"), upsert(4, "efgh"), upsert(5, "ijkl")])).await.unwrap();
+    assert_eq!(statuses(&r), ["APPLIED", "REJECTED:SCHEMA_MISMATCH", "APPLIED", "APPLIED"], "{r}");
+    let r = db.push(&alice, push_request(DEVICE, vec![mutation(6, "codes", "abcd", "upsert", json!({"id": "toolong", "label": "x"}))])).await.unwrap();
+    assert_eq!(statuses(&r), ["REJECTED:SCHEMA_MISMATCH"], "a key column its domain refuses differs from the key: {r}");
+    assert_eq!(db.one::<i64>("select count(*) from public.codes").await, 3);
+}
