@@ -46,14 +46,14 @@ fn to_js<T: serde::Serialize + ?Sized>(value: &T) -> JsValue {
 /// option fails loudly.
 fn write_options(options: Option<JsValue>) -> Result<(Option<i64>, Option<bool>), JsValue> {
     let Some(options) = values::options(&options.unwrap_or(JsValue::UNDEFINED), "options")? else { return Ok((None, None)) };
-    for key in js_sys::Object::keys(&options).iter().filter_map(|k| k.as_string()) {
+    for key in values::property_names(&options, &"options")? {
         if key != "applyAfter" && key != "latestOnly" {
             return Err(invalid(format!("unknown write option '{key}'; known: applyAfter, latestOnly")));
         }
     }
-    let after = Reflect::get(&options, &"applyAfter".into()).unwrap_or(JsValue::UNDEFINED);
+    let after = values::property(&options, "applyAfter", &"options")?;
     let apply_after = if after.is_undefined() || after.is_null() { None } else { Some(values::instant(&after, "options.applyAfter")?) };
-    let latest = Reflect::get(&options, &"latestOnly".into()).unwrap_or(JsValue::UNDEFINED);
+    let latest = values::property(&options, "latestOnly", &"options")?;
     let latest_only = if latest.is_undefined() { None } else { Some(latest.as_bool().ok_or_else(|| invalid("options.latestOnly must be a boolean"))?) };
     Ok((apply_after, latest_only))
 }
@@ -206,19 +206,22 @@ impl KizunaClient {
     #[wasm_bindgen(skip_typescript)]
     pub fn batch(&self, writes: JsValue) -> Promise {
         let parsed = (|| -> Result<Vec<LocalWrite>, JsValue> {
-            let list: js_sys::Array = writes.dyn_into().map_err(|_| invalid("batch takes an array of writes"))?;
-            if list.length() == 0 {
+            if !writes.has_type::<js_sys::Array>() {
+                return Err(invalid("batch takes an array of writes"));
+            }
+            let list = values::items(&writes, &"writes")?;
+            if list.is_empty() {
                 return Err(invalid("batch takes at least one write"));
             }
-            list.iter()
+            list.into_iter()
                 .enumerate()
                 .map(|(i, w)| {
-                    let field = |k: &str| Reflect::get(&w, &k.into()).unwrap_or(JsValue::UNDEFINED);
-                    let table = values::text(&field("table"), format_args!("writes[{i}].table"))?;
-                    let pk = values::text(&field("pk"), format_args!("writes[{i}].pk"))?;
-                    let (op, columns) = match field("op").as_string().as_deref() {
-                        Some("upsert") => (Op::Upsert, Some(values::row(&field("row"), format_args!("writes[{i}].row"))?)),
-                        Some("patch") => (Op::Patch, Some(values::row(&field("columns"), format_args!("writes[{i}].columns"))?)),
+                    let field = |k: &str| values::property(&w, k, &format_args!("writes[{i}]"));
+                    let table = values::text(&field("table")?, format_args!("writes[{i}].table"))?;
+                    let pk = values::text(&field("pk")?, format_args!("writes[{i}].pk"))?;
+                    let (op, columns) = match field("op")?.as_string().as_deref() {
+                        Some("upsert") => (Op::Upsert, Some(values::row(&field("row")?, format_args!("writes[{i}].row"))?)),
+                        Some("patch") => (Op::Patch, Some(values::row(&field("columns")?, format_args!("writes[{i}].columns"))?)),
                         Some("delete") => (Op::Delete, None),
                         _ => return Err(invalid(format!("writes[{i}].op must be \"upsert\", \"patch\" or \"delete\""))),
                     };

@@ -3,13 +3,14 @@
 
 use std::collections::BTreeSet;
 
-use js_sys::{Function, Reflect};
+use js_sys::Function;
 use kizuna_engine::Config;
 use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 use crate::api::invalid;
+use crate::values;
 use crate::transport::Transport;
 
 pub struct ClientOptions {
@@ -55,7 +56,7 @@ const OPTION_NAMES: &[&str] = &[
 const NUMBER_OPTIONS: &[&str] = &["pullIntervalMs", "pullLimit", "maxSlice", "retryBaseMs", "retryMaxMs", "requestTimeoutMs", "stagingMemoryBytes"];
 
 fn js_function(options: &JsValue, key: &str) -> Result<Option<Function>, JsValue> {
-    let value = Reflect::get(options, &key.into()).unwrap_or(JsValue::UNDEFINED);
+    let value = values::property(options, key, &"options")?;
     if value.is_undefined() || value.is_null() {
         return Ok(None);
     }
@@ -67,14 +68,14 @@ impl ClientOptions {
         if !options.is_object() {
             return Err(invalid("options must be an object"));
         }
-        for key in js_sys::Object::keys(options.unchecked_ref::<js_sys::Object>()).iter().filter_map(|k| k.as_string()) {
+        for key in values::property_names(options, &"options")? {
             if !OPTION_NAMES.contains(&key.as_str()) {
                 return Err(invalid(format!("unknown option '{key}'; known: {}", OPTION_NAMES.join(", "))));
             }
         }
         // JSON would carry NaN and the infinities as null, which reads as "not given".
         for key in NUMBER_OPTIONS {
-            let value = Reflect::get(options, &(*key).into()).unwrap_or(JsValue::UNDEFINED);
+            let value = values::property(options, key, &"options")?;
             if !(value.is_undefined() || value.is_null() || value.as_f64().is_some_and(f64::is_finite)) {
                 return Err(invalid(format!("options.{key} must be a finite number")));
             }

@@ -47,7 +47,7 @@ fn string(value: &JsValue, what: &dyn Display) -> Result<Option<String>, JsValue
 
 /// A row or a set of columns: a plain object of JSON values.
 pub fn row(value: &JsValue, what: impl Display) -> Result<Row, JsValue> {
-    if !is_plain_object(value) {
+    if !is_plain_object(value, &what)? {
         return Err(invalid(format!("{what} must be a plain object of columns")));
     }
     columns(value, &what, 0)
@@ -58,7 +58,7 @@ pub fn options(value: &JsValue, what: &str) -> Result<Option<Object>, JsValue> {
     if value.is_undefined() || value.is_null() {
         return Ok(None);
     }
-    if !is_plain_object(value) {
+    if !is_plain_object(value, &what)? {
         return Err(invalid(format!("{what} must be an object")));
     }
     Ok(Some(value.clone().unchecked_into()))
@@ -99,13 +99,13 @@ thread_local! {
 
 /// An object whose prototype is `Object.prototype` or null (an array's, a function's, a `Map`'s or
 /// a class instance's is not), and not an array whatever its prototype (`JSON.stringify` writes
-/// one as an array).
-fn is_plain_object(value: &JsValue) -> bool {
-    if !value.is_object() || Array::is_array(value) {
-        return false;
+/// one as an array). A `Proxy` whose traps throw (or a revoked one) is refused with what it threw.
+fn is_plain_object(value: &JsValue, what: &dyn Display) -> Result<bool, JsValue> {
+    if !value.is_object() || is_array(value).map_err(|e| unreadable(what, &e))? {
+        return Ok(false);
     }
-    let proto = Object::get_prototype_of(value);
-    proto.is_null() || OBJECT_PROTOTYPE.with(|plain| proto == *plain)
+    let proto = Reflect::get_prototype_of(value).map_err(|e| unreadable(what, &e))?;
+    Ok(proto.is_null() || OBJECT_PROTOTYPE.with(|plain| proto == *plain))
 }
 
 /// `what.name`, spelled out only when a refusal names it.
@@ -120,11 +120,39 @@ impl Display for Field<'_> {
     }
 }
 
+// What the app hands in is read through calls that give back what they throw: a getter, a `Proxy`
+// trap or a revoked `Proxy` throws inside any of them, and an exception passing through wasm
+// leaves its call without a code (a promise being built then never settled).
 #[wasm_bindgen]
 extern "C" {
     /// `Object.keys`, with what it throws (a `Proxy` whose `ownKeys` throws) as an `Err`.
     #[wasm_bindgen(js_namespace = Object, js_name = keys, catch)]
     fn own_keys(object: &JsValue) -> Result<Array, JsValue>;
+    #[wasm_bindgen(js_namespace = Array, js_name = isArray, catch)]
+    fn is_array(value: &JsValue) -> Result<bool, JsValue>;
+    /// `Date.prototype.getTime` of `date` itself, not a method the object put in its place.
+    #[wasm_bindgen(js_namespace = ["Date", "prototype", "getTime"], js_name = call, catch)]
+    fn date_time(date: &JsValue) -> Result<f64, JsValue>;
+    #[wasm_bindgen(js_namespace = ["Date", "prototype", "toISOString"], js_name = call, catch)]
+    fn date_iso_text(date: &JsValue) -> Result<String, JsValue>;
+}
+
+/// The names of an object's own enumerable properties (`Object.keys`).
+pub fn property_names(object: &JsValue, what: &dyn Display) -> Result<Vec<String>, JsValue> {
+    Ok(own_keys(object).map_err(|e| unreadable(what, &e))?.iter().filter_map(|k| k.as_string()).collect())
+}
+
+/// `what.name` of an object: `undefined` when it is not there, refused when reading it throws
+/// (never taken as absent: a throwing `applyAfter` would send the write at once, a throwing
+/// `where` would answer every row).
+pub fn property(object: &JsValue, name: &str, what: &dyn Display) -> Result<JsValue, JsValue> {
+    Reflect::get(object, &name.into()).map_err(|e| unreadable(&Field { parent: what, name }, &e))
+}
+
+/// The items of an array, each read as `what[i]`.
+pub fn items(array: &JsValue, what: &dyn Display) -> Result<Vec<JsValue>, JsValue> {
+    let length = property(array, "length", what)?.as_f64().unwrap_or(0.0) as u32;
+    (0..length).map(|i| Reflect::get_u32(array, i).map_err(|e| unreadable(&format_args!("{what}[{i}]"), &e))).collect()
 }
 
 /// Why a property could not be read, in the app's words: what its getter (or a `Proxy`) threw.
@@ -162,24 +190,24 @@ fn json(value: &JsValue, what: &dyn Display, depth: usize) -> Result<Value, JsVa
     if value.is_null() {
         return Ok(Value::Null);
     }
-    if let Some(date) = value.dyn_ref::<js_sys::Date>() {
-        if !date.get_time().is_finite() {
+    if value.has_type::<js_sys::Date>() {
+        let time = date_time(value).map_err(|e| unreadable(what, &e))?;
+        if !time.is_finite() {
             return Err(invalid(format!("{what} is an invalid Date")));
         }
-        return Ok(Value::String(date.to_iso_string().into()));
+        return date_iso_text(value).map(Value::String).map_err(|e| unreadable(what, &e));
     }
-    if Array::is_array(value) {
+    if is_array(value).map_err(|e| unreadable(what, &e))? {
         let inside = nested(depth, what)?;
-        let items: Array = value.clone().unchecked_into();
         // Inside an array JSON has no way to leave a slot out: undefined becomes null, as there.
-        return items
-            .iter()
+        return items(value, what)?
+            .into_iter()
             .enumerate()
             .map(|(i, item)| if item.is_undefined() { Ok(Value::Null) } else { json(&item, &format_args!("{what}[{i}]"), inside) })
             .collect::<Result<Vec<_>, _>>()
             .map(Value::Array);
     }
-    if is_plain_object(value) {
+    if is_plain_object(value, what)? {
         return columns(value, what, nested(depth, what)?).map(Value::Object);
     }
     let kind = if value.is_undefined() {

@@ -16,7 +16,6 @@ use kizuna_engine::{Event, RowKey, RowRecord};
 use kizuna_protocol::Row;
 use serde_json::Value;
 use wasm_bindgen::prelude::*;
-use wasm_bindgen::JsCast;
 
 use crate::api::invalid;
 use crate::error::ClientError;
@@ -39,24 +38,23 @@ impl Filter {
     /// Parses `{ where?, bucket? }`; any other key is refused, so a misspelt one fails loudly.
     pub fn parse(filter: Option<JsValue>) -> Result<Filter, JsValue> {
         let Some(filter) = values::options(&filter.unwrap_or(JsValue::UNDEFINED), "filter")? else { return Ok(Filter::default()) };
-        for key in js_sys::Object::keys(&filter).iter().filter_map(|k| k.as_string()) {
+        for key in values::property_names(&filter, &"filter")? {
             if key != "where" && key != "bucket" {
                 return Err(invalid(format!("unknown filter key '{key}'; known: where, bucket")));
             }
         }
-        let w = Reflect::get(&filter, &"where".into()).unwrap_or_default();
+        let w = values::property(&filter, "where", &"filter")?;
         let conditions = if w.is_undefined() { Row::new() } else { values::row(&w, "filter.where")? };
         // A row leaves an undefined column out, as JSON.stringify does; a condition left out would
         // match every row (`{ owner: user?.id }` with no user), so it is refused.
         if w.is_object() {
-            for key in js_sys::Object::keys(w.unchecked_ref::<js_sys::Object>()).iter() {
-                if Reflect::get(&w, &key).unwrap_or_default().is_undefined() {
-                    let name = key.as_string().unwrap_or_default();
+            for name in values::property_names(&w, &"filter.where")? {
+                if values::property(&w, &name, &"filter.where")?.is_undefined() {
                     return Err(invalid(format!("filter.where.{name} is undefined: a condition needs a value (null finds null)")));
                 }
             }
         }
-        let b = Reflect::get(&filter, &"bucket".into()).unwrap_or_default();
+        let b = values::property(&filter, "bucket", &"filter")?;
         let bucket = if b.is_undefined() { None } else { Some(values::text(&b, "filter.bucket")?) };
         Ok(Filter { conditions, bucket })
     }

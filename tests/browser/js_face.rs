@@ -61,6 +61,20 @@ async fn bad_arguments_are_coded_errors_that_store_nothing() {
         "return client.put('todos', 'k', {title: 'x', get note() { throw new Error('unreadable') }})",
         "return client.patch('todos', 'k', {note: {get deep() { throw new Error('unreadable') }}})",
         "return client.put('todos', 'k', new Proxy({title: 'x'}, {ownKeys() { throw new Error('no keys') }}))",
+        // Whatever else a getter, a Proxy trap or a revoked Proxy throws: each threw past the call
+        // with no code, or (open) left its promise unsettled, or (applyAfter, where) read as absent.
+        "const p = Proxy.revocable({title: 'x'}, {}); p.revoke(); return client.put('todos', 'k', p.proxy)",
+        "return client.put('todos', 'k', new Proxy({}, {getPrototypeOf() { throw new Error('no prototype') }}))",
+        "return client.put('todos', 'k', {tags: Object.defineProperty(['x'], 0, {get() { throw new Error('no item') }})})",
+        "return client.put('todos', 'k', {tags: new Proxy(['x'], {get() { throw new Error('no length') }})})",
+        "return client.put('todos', 'k', {when: Object.create(Date.prototype)})",
+        "return client.put('todos', 'k', {title: 'x'}, {get applyAfter() { throw new Error('later') }})",
+        "return client.put('todos', 'k', {title: 'x'}, new Proxy({}, {ownKeys() { throw new Error('no keys') }}))",
+        "return client.query('todos', {get where() { throw new Error('no where') }})",
+        "return client.query('todos', new Proxy({}, {ownKeys() { throw new Error('no keys') }}))",
+        "return client.batch(new Proxy([], {get() { throw new Error('no items') }}))",
+        "return client.batch([{get op() { throw new Error('no op') }, table: 'todos', pk: 'k'}])",
+        "return client.constructor.open(new Proxy({name: 'x'}, {ownKeys() { throw new Error('no keys') }}))",
     ];
     for snippet in snippets {
         let err = js_await(&client, snippet).await.expect_err(snippet);
@@ -73,6 +87,8 @@ async fn bad_arguments_are_coded_errors_that_store_nothing() {
         ("return client.patch('todos', 'k', {n: -Infinity})", "columns.n is -Infinity,"),
         ("return client.requeueDeadLetter(3.5)", "not 3.5"),
         ("return client.put('todos', 'k', {title: 'x', get note() { throw new Error('unreadable') }})", "row.note could not be read: Error: unreadable"),
+        ("return client.put('todos', 'k', {title: 'x'}, {get applyAfter() { throw new Error('later') }})", "options.applyAfter could not be read: Error: later"),
+        ("return client.put('todos', 'k', {tags: Object.defineProperty(['x'], 0, {get() { throw new Error('no item') }})})", "row.tags[0] could not be read"),
     ] {
         let err = js_await(&client, snippet).await.expect_err(snippet);
         let message = js_sys::Reflect::get(&err, &"message".into()).unwrap().as_string().unwrap_or_default();
