@@ -105,7 +105,7 @@ create unlogged table if not exists kizuna.universe_marker (xid xid8 primary key
 -- Registry and compiled capture.
 
 -- Bump when the compiled template changes: installs recompile every registered table once.
-create or replace function kizuna.universe_compile_version() returns integer language sql immutable as 'select 4';
+create or replace function kizuna.universe_compile_version() returns integer language sql immutable as 'select 5';
 
 create or replace function kizuna.universe_compile(table_rel regclass) returns void
 language plpgsql security definer set search_path = pg_catalog, public as $$
@@ -156,10 +156,12 @@ begin
         insert into kizuna.universe_pending (xid, source_table, target_table, pk, op, columns, apply_after, latest_only, max_attempts)
         values (x, %5$L, %6$L, npk, 'upsert', ni, %9$s, %7$L, %8$L);
       end if;
-      -- Mark the transaction once (the mark queues the fold at commit); a setting remembers it.
+      -- Mark the transaction once (the mark queues the fold at commit); a setting remembers it,
+      -- set first: with constraints set immediate the fold runs inside the insert below, and
+      -- unsets it (kizuna.universe_fold) so the next write marks the transaction again.
       if current_setting('kizuna.universe_marked', true) is distinct from x::text then
-        insert into kizuna.universe_marker (xid) values (x) on conflict do nothing;
         perform set_config('kizuna.universe_marked', x::text, true);
+        insert into kizuna.universe_marker (xid) values (x) on conflict do nothing;
       end if;
       return null;
     end
@@ -283,6 +285,10 @@ begin
 
   delete from kizuna.universe_pending where xid = x;
   delete from kizuna.universe_marker where xid = x;
+  -- A write later in this transaction (after SET CONSTRAINTS ALL IMMEDIATE, or by an app's own
+  -- deferred trigger firing at commit after this one) marks it again and queues another fold: with
+  -- the setting left, its events stayed in universe_pending for good, never given an id.
+  perform set_config('kizuna.universe_marked', '', true);
   return null;
 end
 $$;

@@ -531,6 +531,44 @@ async fn latest_only_keeps_the_newest_pending_event_per_key_replaced_in_the_writ
     assert_eq!(title, "v6");
 }
 
+/// Writes made after the transaction's events were given their ids (constraints set immediate
+/// midway, or an app's deferred trigger writing at commit) are events too: they stayed in the
+/// pending table for good, never delivered nor counted as pending.
+#[tokio::test]
+async fn writes_after_a_transactions_events_were_numbered_are_delivered_too() {
+    let _serial = SERIAL.lock().await;
+    let u = Universe::new("select kizuna.register_universe_table('public.items')").await;
+    u.source
+        .exec(
+            "begin;
+             insert into public.items (id, title, region) values ('a', 'a1', 'eu');
+             set constraints all immediate;
+             insert into public.items (id, title, region) values ('b', 'b1', 'eu');
+             update public.items set title = 'a2' where id = 'a';
+             commit;
+             create function public.items_echo() returns trigger language plpgsql as $$
+             begin
+               if new.id not like '%-echo' then
+                 insert into public.items (id, title, region) values (new.id || '-echo', new.title, new.region);
+               end if;
+               return null;
+             end $$;
+             create constraint trigger items_echo after insert on public.items
+               deferrable initially deferred for each row execute function public.items_echo();
+             begin;
+             insert into public.items (id, title, region) values ('c', 'c1', 'eu');
+             insert into public.items (id, title, region) values ('d', 'd1', 'eu');
+             commit;",
+        )
+        .await;
+    assert_eq!(u.source.one::<Value>("select coalesce(jsonb_agg(p.pk), '[]') from kizuna.universe_pending p").await, json!([]), "nothing left unnumbered");
+    let pending: Vec<String> = u.pending().await.into_iter().map(|(_, pk, op, _, _)| format!("{op} {pk}")).collect();
+    assert_eq!(pending, ["upsert a", "upsert b", "upsert a", "upsert c", "upsert d", "upsert c-echo", "upsert d-echo"]);
+    let report = u.sync(&[]).await;
+    assert_eq!(report["applied"].as_u64(), Some(7), "{report}");
+    assert_eq!(Universe::rows(&u.target, "true").await, Universe::rows(&u.source, "true").await);
+}
+
 #[tokio::test]
 async fn status_counters_as_json_and_metrics_on_both_sides() {
     let _serial = SERIAL.lock().await;
