@@ -7,7 +7,7 @@
 -- Admin only: EXECUTE is revoked from the API roles (see 007_admin.sql).
 
 -- Bump when the capture template changes: installs recompile every registered table once.
-create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 6';
+create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 7';
 
 create or replace function kizuna.compile_table(table_name text) returns void
 language plpgsql security definer set search_path = pg_catalog, public as $$
@@ -56,6 +56,15 @@ begin
       if tg_op <> 'DELETE' then nb := kizuna.%2$I(new); npk := new.%3$I::text; end if;
       if ob is null and nb is null then
         return null;  -- in no bucket before or after: nothing to sync
+      end if;
+      -- The change log indexes a key with its bucket, and a btree entry holds at most 2,704 bytes:
+      -- past that the transaction failed at commit, after every check had passed (a push as a
+      -- fault of the server, resent for ever, with PostgreSQL's words naming the pack's index).
+      -- Refused here, in the write's own statement: a push's refusal of that one write.
+      if octet_length(coalesce(npk, '')) + octet_length(coalesce(nb, '')) > 2400
+         or octet_length(coalesce(opk, '')) + octet_length(coalesce(ob, '')) > 2400 then
+        raise exception 'a synced row''s key and bucket must stay under 2,400 bytes together'
+          using errcode = '54000';
       end if;
       cols := %5$s;
       if tg_op = 'UPDATE' and opk is distinct from npk then

@@ -452,7 +452,7 @@ language sql immutable as $$
     when state = '23514' then format('a check constraint refused the row (%s)', constraint_name)
     when state = '23502' then 'a required column is null'
     when left(state, 2) = '23' then format('a constraint of the table refused the row (%s)', constraint_name)
-    when left(state, 2) = '54' then 'a value is too large to store: indexed values (keys too) must stay under about 2,700 bytes'
+    when left(state, 2) = '54' then 'a value is too large to store: a key and its bucket must stay under 2,400 bytes together, other indexed values under about 2,700'
     when kizuna.is_type_mismatch(state) then 'a value does not fit its column''s type'
     else format('the table''s own rules refused the row (SQLSTATE %s)', state)
   end

@@ -105,7 +105,7 @@ create unlogged table if not exists kizuna.universe_marker (xid xid8 primary key
 -- Registry and compiled capture.
 
 -- Bump when the compiled template changes: installs recompile every registered table once.
-create or replace function kizuna.universe_compile_version() returns integer language sql immutable as 'select 5';
+create or replace function kizuna.universe_compile_version() returns integer language sql immutable as 'select 6';
 
 create or replace function kizuna.universe_compile(table_rel regclass) returns void
 language plpgsql security definer set search_path = pg_catalog, public as $$
@@ -146,6 +146,12 @@ begin
       if tg_op <> 'DELETE' then ni := kizuna.%2$I(new); npk := new.%4$I::text; end if;
       if oi is null and ni is null then
         return null;  -- outside the selection before and after
+      end if;
+      -- The outbox indexes a key (see the capture in 003_registry.sql): refused in the write's
+      -- statement, not at commit with PostgreSQL's words naming the index.
+      if octet_length(coalesce(npk, '')) > 2400 or octet_length(coalesce(opk, '')) > 2400 then
+        raise exception 'a key of a table registered for universe sync must stay under 2,400 bytes'
+          using errcode = '54000';
       end if;
       -- Leaving the selection, or a key change: the target deletes the old key.
       if oi is not null and (ni is null or opk is distinct from npk) then

@@ -364,3 +364,42 @@ async fn a_key_its_domain_refuses_is_that_writes_refusal_alone() {
     assert_eq!(statuses(&r), ["REJECTED:SCHEMA_MISMATCH"], "a key column its domain refuses differs from the key: {r}");
     assert_eq!(db.one::<i64>("select count(*) from public.codes").await, 3);
 }
+
+/// A key or bucket too long for the change log's index (a btree entry holds at most 2,704 bytes)
+/// is that write's refusal: it failed the whole request at COMMIT, after every write of it was
+/// answered APPLIED, with PostgreSQL's words naming the pack's index (as a fault of the server the
+/// client resent it for ever, and every write behind it waited). Plain SQL is refused at the
+/// statement, with the same words.
+#[tokio::test]
+async fn a_key_or_bucket_too_long_for_the_change_log_refuses_that_write_alone() {
+    let db = TestDb::with_todos().await;
+    db.exec("create table public.posts (id text primary key, channel text not null, body text);
+             grant select, insert, update, delete on public.posts to authenticated;
+             select kizuna.register_table('public.posts', bucket => $$'ch:' || channel$$);")
+        .await;
+    let alice = Caller::user(ALICE);
+    // Random characters: what compresses would fit the index, these do not.
+    let mut seed = 7u64;
+    let long: String = (0..2680)
+        .map(|_| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            char::from(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"[(seed >> 33) as usize % 62])
+        })
+        .collect();
+    let r = db
+        .push(&alice, push_request(DEVICE, vec![
+            mutation(1, "todos", "ok-1", "upsert", json!({"title": "a"})),
+            mutation(2, "todos", &long, "upsert", json!({"title": "b"})),
+            mutation(3, "posts", "p1", "upsert", json!({"channel": long, "body": "c"})),
+            mutation(4, "todos", "ok-2", "upsert", json!({"title": "d"})),
+        ]))
+        .await
+        .expect("the request commits");
+    assert_eq!(statuses(&r), ["APPLIED", "REJECTED:VALIDATION_FAILED", "REJECTED:VALIDATION_FAILED", "APPLIED"], "{r}");
+    assert!(r["verdicts"][1]["message"].as_str().unwrap().contains("2,400 bytes"), "{r}");
+    assert!(!r.to_string().contains("changes_pkey"), "no internals: {r}");
+    assert_eq!(db.one::<i64>("select count(*) from public.todos").await, 2);
+    let plain = db.client().batch_execute(&format!("insert into public.todos (id, owner, title) values ('{long}', '{ALICE}', 'x')")).await;
+    let error = plain.expect_err("refused at the statement").as_db_error().map(|e| (e.code().code().to_owned(), e.message().to_owned()));
+    assert_eq!(error, Some(("54000".into(), "a synced row's key and bucket must stay under 2,400 bytes together".into())));
+}

@@ -564,6 +564,12 @@ async fn writes_after_a_transactions_events_were_numbered_are_delivered_too() {
     assert_eq!(u.source.one::<Value>("select coalesce(jsonb_agg(p.pk), '[]') from kizuna.universe_pending p").await, json!([]), "nothing left unnumbered");
     let pending: Vec<String> = u.pending().await.into_iter().map(|(_, pk, op, _, _)| format!("{op} {pk}")).collect();
     assert_eq!(pending, ["upsert a", "upsert b", "upsert a", "upsert c", "upsert d", "upsert c-echo", "upsert d-echo"]);
+    // A key too long for the outbox's index is refused at its statement, not at commit with
+    // PostgreSQL's words naming the index.
+    let long = "k".repeat(2401);
+    let refused = u.source.client().batch_execute(&format!("insert into public.items (id, region) values ('{long}', 'eu')")).await;
+    let code = refused.expect_err("refused").as_db_error().map(|e| (e.code().code().to_owned(), e.message().contains("2,400 bytes")));
+    assert_eq!(code, Some(("54000".to_owned(), true)));
     let report = u.sync(&[]).await;
     assert_eq!(report["applied"].as_u64(), Some(7), "{report}");
     assert_eq!(Universe::rows(&u.target, "true").await, Universe::rows(&u.source, "true").await);
