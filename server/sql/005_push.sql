@@ -492,6 +492,7 @@ declare
   pending_journal jsonb := '[]';
   j jsonb;
   result jsonb;
+  inserted boolean;
   ok boolean;
   err_state text;
   err_message text;
@@ -576,13 +577,23 @@ begin
     perform set_config('kizuna.update_cols', to_jsonb(assign)::text, true);
     if op = 'upsert' then
       execute format('insert into %1$s as t (%2$s) select %2$s from jsonb_populate_record(null::%1$s, $1)
-                      on conflict (%3$I) do update set %4$s returning to_jsonb(t)',
+                      on conflict (%3$I) do update set %4$s returning to_jsonb(t), t.xmax::text = ''0''',
                      t.rel,
                      (select string_agg(format('%I', k), ', ') from jsonb_object_keys(cols) k),
                      t.pk_column,
                      coalesce((select string_agg(format('%1$I = excluded.%1$I', c), ', ') from unnest(assign) c),
                               format('%1$I = excluded.%1$I', t.pk_column)))
-        into result using cols;
+        into result, inserted using cols;
+      -- A delete that committed while this insert waited for the row it removed (READ COMMITTED;
+      -- versioned tables lock the row before reading the key's state, above): the insert found
+      -- no row and created one, a deleted key come back with only this write's columns. Read
+      -- again now that the delete is visible; if the key is deleted, so is this insert.
+      if inserted and not (t.conflict_mode = 'hlc' or t.journal) and not kizuna.is_universe_source() then
+        ks := kizuna.key_state(t.name, key, client, (m ->> 'read_seq')::bigint);
+        if ks.state = 'deleted' then
+          raise exception 'the key was deleted while this write waited' using errcode = 'KZD01';
+        end if;
+      end if;
     elsif op = 'patch' then
       execute format('update %1$s as t set %2$s from jsonb_populate_record(null::%1$s, $1) as r
                       where t.%3$I = cast($2 as %4$s) returning to_jsonb(t)',
@@ -601,7 +612,9 @@ begin
     perform set_config('kizuna.update_cols', '', true);
 
     if result is null then
-      -- No row affected: the key is absent, deleted, or the caller's policy hides or protects it.
+      -- No row affected: the key is absent, deleted, or the caller's policy hides or protects it
+      -- (read again: a delete that committed while this write waited is visible now).
+      ks := kizuna.key_state(t.name, key, client, (m ->> 'read_seq')::bigint);
       if ks.state = 'deleted' then
         return kizuna.tombstone_verdict(m, t, ks.seen_images);
       end if;
@@ -641,6 +654,7 @@ begin
                               'bucket', row_bucket, 'pk', nullif(key, m ->> 'pk'),
                               '_fresh', true, '_seq', m -> 'client_seq'));
   exception
+    when sqlstate 'KZD01' then return kizuna.tombstone_verdict(m, t, ks.seen_images);
     when sqlstate 'KZV01' then
       get stacked diagnostics err_message = message_text;
       return kizuna.rejected(m, 'VALIDATION_FAILED', err_message);

@@ -395,6 +395,12 @@ begin
     if op = 'upsert' and done_count <> n then
       raise exception 'a run upsert wrote % of % rows', done_count, n using errcode = 'KZR01';
     end if;
+    -- A delete that committed while the statement waited for a row it removed: the upsert created
+    -- the key again (see kizuna.apply_mutation). The keys were live or new when planned; one
+    -- deleted now sends the run to be split, and its write to the per-mutation path's verdict.
+    if op = 'upsert' and not kizuna.is_universe_source() and cardinality(kizuna.deleted_keys(t.name, keys, client)) > 0 then
+      raise exception 'a key of the run was deleted while it waited' using errcode = 'KZR01';
+    end if;
   exception when others then
     get stacked diagnostics err_state = returned_sqlstate;
     -- KZV01 is a gate refusing by raising (003_registry.sql): a refusal of one row, found one by one.

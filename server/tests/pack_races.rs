@@ -161,3 +161,48 @@ async fn in_hlc_mode_a_push_waits_for_a_plain_sql_write_before_ordering_columns(
     assert_eq!(db.one::<String>("select body from public.docs where id = 'd1'").await, "job",
                "the older clock loses the column, though its push arrived last");
 }
+
+/// An upsert that waits for a row another transaction is deleting, and goes on once that delete
+/// commits (READ COMMITTED), must not bring the key back: it found no row and inserted one, with
+/// only its own columns (the title gone), answered APPLIED, while a write to a deleted key is
+/// DELETE_WINS. In an atomic batch (the per-mutation path) and in a run written by one statement.
+#[tokio::test]
+async fn an_upsert_that_waited_for_a_concurrent_delete_does_not_bring_the_key_back() {
+    let db = TestDb::with_todos().await;
+    let alice = Caller::user(ALICE);
+    let todos: Vec<Value> = (1..=4).map(|i| mutation(i, "todos", &format!("k{i}"), "upsert", json!({"title": format!("title {i}")}))).collect();
+    assert_eq!(statuses(&db.push(&alice, push_request(DEVICE, todos)).await.unwrap()), ["APPLIED"; 4]);
+    pull_run(db.client(), &alice, DEVICE, None, &[&format!("user:{ALICE}")], 10).await.unwrap();
+
+    let mut seq = 4;
+    for (deleted, keys, expected) in [
+        ("k1", vec!["k1"], vec!["REJECTED:DELETE_WINS"]),
+        ("k3", vec!["k2", "k3", "k4"], vec!["APPLIED", "REJECTED:DELETE_WINS", "APPLIED"]),
+    ] {
+        let deleter = db.connect().await;
+        deleter.batch_execute(&format!("begin; delete from public.todos where id = '{deleted}'")).await.unwrap();
+        let alone = keys.len() == 1;
+        let writes: Vec<Value> = keys
+            .iter()
+            .map(|k| {
+                seq += 1;
+                let mut m = mutation(seq, "todos", k, "upsert", json!({"done": true}));
+                if alone {
+                    m["batch"] = json!(uuid::Uuid::new_v4().to_string());
+                }
+                m
+            })
+            .collect();
+        let pusher = db.connect().await;
+        let caller = alice.clone();
+        let push = tokio::spawn(async move { call_as(&pusher, &caller, "kizuna_push", push_request(DEVICE, writes)).await });
+        until_blocked(&db, 1).await;
+        deleter.batch_execute("commit").await.unwrap();
+        let response = push.await.unwrap().expect("the push finishes");
+        assert_eq!(statuses(&response), expected, "{response}");
+        let left: i64 = db.one(&format!("select count(*) from public.todos where id = '{deleted}'")).await;
+        assert_eq!(left, 0, "{deleted} stays deleted");
+    }
+    let titles: Value = db.one("select jsonb_agg(title order by id) from public.todos").await;
+    assert_eq!(titles, json!(["title 2", "title 4"]));
+}
