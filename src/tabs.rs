@@ -143,6 +143,9 @@ pub struct Tabs {
     outgoing: Rc<RefCell<Vec<Message>>>,
     flush: RefCell<Option<Timeout>>,
     flush_armed: Rc<Cell<bool>>,
+    /// This client was closed: what a step still committing announces is posted at once, and
+    /// the channel stays open for it until the client is let go (`Drop`).
+    left: Cell<bool>,
 }
 
 impl Tabs {
@@ -168,6 +171,7 @@ impl Tabs {
             outgoing: Rc::new(RefCell::new(Vec::new())),
             flush: RefCell::new(None),
             flush_armed: Rc::new(Cell::new(false)),
+            left: Cell::new(false),
         }
     }
 
@@ -184,7 +188,9 @@ impl Tabs {
     fn post(&self, message: Message) {
         let Some(channel) = &self.channel else { return };
         self.outgoing.borrow_mut().push(message);
-        if !self.flush_armed.replace(true) {
+        if self.left.get() {
+            self.flush_now();
+        } else if !self.flush_armed.replace(true) {
             let (outgoing, armed, channel) = (self.outgoing.clone(), self.flush_armed.clone(), channel.clone());
             *self.flush.borrow_mut() = Some(Timeout::new(0, move || {
                 armed.set(false);
@@ -211,6 +217,15 @@ impl Tabs {
         *self.leader.borrow_mut() = Some(from.to_string());
         self.last_heard.set(now() as f64);
         self.ping_sent.set(None);
+    }
+}
+
+impl Drop for Tabs {
+    fn drop(&mut self) {
+        self.flush_now();
+        if let Some(channel) = &self.channel {
+            channel.close();
+        }
     }
 }
 
@@ -260,6 +275,7 @@ pub fn join(inner: &Rc<Inner>) {
 /// refuses the calls still waiting for a leader.
 pub fn leave(inner: &Inner) {
     let tabs = &inner.tabs;
+    tabs.left.set(true);
     tabs.leading.set(false);
     tabs.heartbeat.borrow_mut().take();
     tabs.watchdog.borrow_mut().take();
@@ -267,9 +283,10 @@ pub fn leave(inner: &Inner) {
         lock.give_up();
     }
     tabs.flush_now();
+    // Not closed yet: a step whose transaction was open when the client closed still commits,
+    // and the other tabs must hear of it (their live queries missed it otherwise).
     if let Some(channel) = &tabs.channel {
         channel.set_onmessage(None);
-        channel.close();
     }
     tabs.on_message.borrow_mut().take();
     for (_, call) in std::mem::take(&mut *tabs.calls.borrow_mut()) {

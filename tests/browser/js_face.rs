@@ -404,3 +404,30 @@ async fn a_condition_without_a_value_is_refused() {
     assert_eq!(error_code(&refused), "INVALID_ARGUMENT");
     client.close();
 }
+
+/// A write whose step commits while its client closes is still told to the other tabs: the step
+/// announced it after the channel was closed, and the other tab's `change` (its live queries)
+/// never came. Closing from the write's own `change` listener puts the close right between the
+/// commit and the announcement.
+#[wasm_bindgen_test]
+async fn a_write_committing_while_its_client_closes_is_still_told_to_the_other_tabs() {
+    let user = random_id();
+    let name = format!("closing-{}", random_id());
+    let closing = open_in_js(&name, &user).await;
+    let other = open(&options(&name, &user)).await;
+    let heard = record(&other, "change");
+    let id = random_id();
+    js_await(&closing, &format!(
+        "client.on('change', () => client.close()); return client.put('todos', '{id}', {{id: '{id}', title: 'last words'}})"
+    ))
+    .await
+    .expect("the write commits");
+    let mut waited = 0;
+    while !(0..heard.length()).any(|i| from_js(heard.get(i))["keys"].to_string().contains(&id)) {
+        waited += 20;
+        assert!(waited < 3_000, "the other tab heard of the write");
+        sleep(20).await;
+    }
+    assert_eq!(ok(other.get("todos".into(), id.clone().into())).await["title"], "last words");
+    other.close();
+}
