@@ -623,7 +623,8 @@ begin
 
     if t.gate is not null then
       -- A gate refuses by returning false, or by raising: KZV01, or a plain RAISE EXCEPTION (P0001),
-      -- which is how a gate written in plpgsql says no. Any other error is a fault of the gate.
+      -- which is how a gate written in plpgsql says no. Any other error is judged below as any error
+      -- of the write (a fault of the server fails the request).
       begin
         execute (select format('select %I.%I($1, $2)', n.nspname, p.proname)
                    from pg_proc p join pg_namespace n on n.oid = p.pronamespace where p.oid = t.gate)
