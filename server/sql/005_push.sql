@@ -699,6 +699,7 @@ declare
   t kizuna.synced_tables;
   r jsonb;
   b text;
+  k text;
 begin
   if v ->> 'status' <> 'REJECTED' then
     return v;
@@ -712,10 +713,13 @@ begin
   if b is not null then
     v := v || jsonb_build_object('bucket', b);
   end if;
-  -- The row's key in its one spelling when the write named it in another (as for APPLIED), so the
-  -- writer keeps the server's row under the key a pull brings it under.
-  if r ->> t.pk_column is distinct from m ->> 'pk' and r ? t.pk_column then
-    v := v || jsonb_build_object('pk', r ->> t.pk_column);
+  -- The key in its one spelling when the write named it in another (as for APPLIED), so the
+  -- writer keeps the server's row under the key a pull brings it under: the key's text as the
+  -- change log holds it (kizuna.key_text), not as the row renders it (a timestamp renders with a
+  -- `T` in JSON and without one as text).
+  k := kizuna.key_text(kizuna.column_type(t.rel, t.pk_column), m ->> 'pk');
+  if k is distinct from m ->> 'pk' and k is not null then
+    v := v || jsonb_build_object('pk', k);
   end if;
   return jsonb_set(v, '{server_row}', coalesce(r, 'null'));
 end

@@ -242,6 +242,17 @@ async fn a_verdict_names_the_key_in_its_one_spelling_when_it_was_sent_in_another
     let r = db.push(&alice, push_request(DEVICE, vec![alone])).await.unwrap();
     assert_eq!((&r["verdicts"][0]["replayed"], &r["verdicts"][0]["pk"]), (&json!(true), &json!(keys[0])), "{r}");
     assert_eq!(db.one::<i64>("select count(*) from public.tags").await, 4);
+
+    // A key whose JSON rendering differs from its text (a timestamp): applied or refused, the
+    // verdict names it as the change log, and so every pull, does (a refusal named it as the row
+    // renders it, a key no pull serves, and the device moved its row there).
+    db.owned_table("stamps", "at timestamptz primary key, label text check (label <> 'refused')", "").await;
+    let sent = "2024-01-01T00:00:00Z";
+    let r = db.push(&alice, push_request(DEVICE, vec![mutation(6, "stamps", sent, "upsert", json!({"label": "a"}))])).await.unwrap();
+    let logged: String = db.one("select pk from kizuna.changes where tbl = 'stamps'").await;
+    assert_eq!((statuses(&r), &r["verdicts"][0]["pk"]), (vec!["APPLIED".to_string()], &json!(logged)), "{r}");
+    let r = db.push(&alice, push_request(DEVICE, vec![mutation(7, "stamps", sent, "upsert", json!({"label": "refused"}))])).await.unwrap();
+    assert_eq!((statuses(&r), &r["verdicts"][0]["pk"]), (vec!["REJECTED:CONSTRAINT_VIOLATION".to_string()], &json!(logged)), "{r}");
 }
 
 /// A key longer or finer than its column holds names no row: the wire's text key is cast to the
