@@ -113,6 +113,18 @@ impl Inner {
         self.engine.borrow_mut().after_storage_failure(now(), failures, message);
     }
 
+    /// An answer (a push's verdicts, a pull page) whose step could not begin: the engine still
+    /// waited for it (a push in flight, a run), so nothing was sent or fetched again in this tab
+    /// until a reload. It is reloaded from the store, which lets the answer go: the slice goes
+    /// again (the server answers it from its ledger), the run starts again. A tab that lost the
+    /// lead leaves that to the new leader (`tabs::lose_lead`).
+    async fn answer_not_taken(&self, error: ClientError) -> ClientError {
+        if error.code != "NOT_LEADER" {
+            self.recover(&error).await;
+        }
+        error
+    }
+
     /// Begins a step's transaction and brings the engine up to what it finds: when another tab
     /// committed since this engine last looked, its state is reloaded in this same transaction, so
     /// the step builds on everything durable. A step only the leader may take (`leader_only`) is
@@ -425,19 +437,23 @@ impl Inner {
         for n in 1..=MAX_PUSHES_PER_SYNC {
             let Some(this) = answer.take() else { break };
             // What the answer settles: the rows of the slice's keys (read in its step unless held),
-            // and those stored under the keys its verdicts respell (`Engine::respelled_keys`).
-            let (keys, respelled) = {
-                let engine = self.engine.borrow();
-                let respelled = this.as_ref().map_or_else(|_| Vec::new(), |response| engine.respelled_keys(response));
-                (engine.in_flight_keys(), respelled)
+            // and those stored under the keys its verdicts respell (`Engine::respelled_keys`, asked
+            // once the step began: it may have reloaded the engine, which then holds no row).
+            let keys = self.engine.borrow().in_flight_keys();
+            let txn = match self.begin_settling(true, &keys).await {
+                Ok(txn) => txn,
+                Err(e) => return Err(self.answer_not_taken(e).await),
             };
-            let txn = self.begin_settling(true, &keys).await?;
+            let respelled = match &this {
+                Ok(response) => self.engine.borrow().respelled_keys(response),
+                Err(_) => Vec::new(),
+            };
             if !respelled.is_empty() {
                 match txn.rows(&respelled).await {
                     Ok(found) => self.engine.borrow_mut().remember_respelled(&respelled, &found),
                     Err(e) => {
                         txn.abort();
-                        return Err(e);
+                        return Err(self.answer_not_taken(e).await);
                     }
                 }
             }
@@ -518,7 +534,10 @@ impl Inner {
     /// in the same transaction that writes the rows, so the run lands at once or not at all and no
     /// transaction stays open across a network wait.
     async fn feed_page(&self, page: Pulled) -> Result<Flow, ClientError> {
-        let txn = self.begin(true).await?;
+        let txn = match self.begin(true).await {
+            Ok(txn) => txn,
+            Err(e) => return Err(self.answer_not_taken(e).await),
+        };
         let step = self.engine.borrow_mut().on_pull_page_text(now(), page.head, page.text);
         let planned = match step {
             PullStep::Stage { tx, next } | PullStep::Restart { tx, next } => Ok((tx, Err(next))),
