@@ -48,7 +48,8 @@ pub struct Config {
 
     /// HS256 secret that signs access tokens (Supabase: the project's JWT secret). The default is a
     /// public development secret: the server warns loudly while it is in use.
-    #[arg(long, env = "KIZUNA_JWT_SECRET", default_value = DEV_JWT_SECRET, hide_env_values = true)]
+    #[arg(long, env = "KIZUNA_JWT_SECRET", default_value = DEV_JWT_SECRET, hide_env_values = true,
+          value_parser = jwt_secret)]
     pub jwt_secret: String,
 
     /// Folder served at `/` (the demo page); nothing is served there when absent.
@@ -126,6 +127,16 @@ pub struct Config {
     /// reused between scrapes; concurrent scrapes share one read. 0 reads them at every scrape.
     #[arg(long, env = "KIZUNA_METRICS_CACHE_MS", default_value_t = 15_000)]
     pub metrics_cache_ms: u64,
+}
+
+/// A JWT secret as given, refused when empty: HMAC takes an empty key, so anyone could sign a
+/// service_role token with it. `KIZUNA_JWT_SECRET=${JWT_SECRET}` with the variable unset gives
+/// exactly that, and clap takes an empty environment value as a value.
+pub fn jwt_secret(value: &str) -> Result<String, String> {
+    if value.is_empty() {
+        return Err("the JWT secret is empty: anyone could sign tokens with it (is the variable it comes from unset?)".into());
+    }
+    Ok(value.to_owned())
 }
 
 impl Config {

@@ -354,3 +354,17 @@ async fn a_constraint_checked_at_commit_refuses_in_the_packs_words_and_shows_no_
     assert!(!body.to_string().contains("todo_lists"), "no other table's name: {body}");
     assert_eq!(footprint(&db).await, before, "the refused request wrote nothing");
 }
+
+/// An empty JWT secret is refused at start, by the gateway and by universe sync: HMAC takes an
+/// empty key, so anyone could have signed a service_role token with it (what
+/// `KIZUNA_JWT_SECRET=${JWT_SECRET}` gives when the variable is unset).
+#[test]
+fn an_empty_jwt_secret_is_refused_at_start() {
+    let (started, _, stderr) = support::server::run(&[], &[("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none"), ("KIZUNA_JWT_SECRET", "")]);
+    assert!(!started && stderr.contains("the JWT secret is empty"), "{stderr}");
+    let (started, _, stderr) = support::server::run(
+        &["universe-sync", "--source", "postgres://nobody@127.0.0.1:1/none", "--target", "http://127.0.0.1:1", "--once"],
+        &[("KIZUNA_TARGET_JWT_SECRET", "")],
+    );
+    assert!(!started && stderr.contains("the JWT secret is empty"), "{stderr}");
+}

@@ -24,7 +24,7 @@ pub struct TargetArgs {
 
     /// The target's JWT secret: a service_role token is minted per request, with the source
     /// universe's id as `sub` and `kizuna_universe`.
-    #[arg(long, env = "KIZUNA_TARGET_JWT_SECRET", hide_env_values = true)]
+    #[arg(long, env = "KIZUNA_TARGET_JWT_SECRET", hide_env_values = true, value_parser = crate::config::jwt_secret)]
     pub target_jwt_secret: Option<String>,
 
     /// A ready service_role token for the target, sent as it is (instead of --target-jwt-secret).

@@ -212,11 +212,12 @@ impl Drop for TestServer {
 
 /// Runs `kizuna-server status` against `database_url`; returns (exit success, stdout, stderr).
 pub fn status(database_url: &str) -> (bool, String, String) {
-    let output = Command::new(BIN)
-        .arg("status")
-        .env("DATABASE_URL", database_url)
-        .output()
-        .expect("run kizuna-server status");
+    run(&["status"], &[("DATABASE_URL", database_url)])
+}
+
+/// Runs `kizuna-server` with `args` and `env` to its end; returns (exit success, stdout, stderr).
+pub fn run(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let output = Command::new(BIN).args(args).envs(env.iter().copied()).output().expect("run kizuna-server");
     (
         output.status.success(),
         String::from_utf8_lossy(&output.stdout).into_owned(),
