@@ -164,7 +164,7 @@ async fn rpc(app: &AppState, headers: &HeaderMap, body: Body, rpc: Rpc) -> (Opti
         Err(error) => return (None, Err(drained(body, error).await)),
     };
     let result = async {
-        let Some(_admitted) = app.limits.admit(&claims) else {
+        let Some(admitted) = app.limits.admit(&claims) else {
             return Err(drained(body, ApiError::too_many_requests(app.limits.limit())).await);
         };
         let reading = read_body(headers, body, app.body_limit);
@@ -172,8 +172,19 @@ async fn rpc(app: &AppState, headers: &HeaderMap, body: Body, rpc: Rpc) -> (Opti
             Some(limit) => tokio::time::timeout(limit, reading).await.map_err(|_| ApiError::body_timeout(limit))??,
             None => reading.await?,
         };
-        let request = request_of(&bytes)?;
-        db::call(&app.pool, rpc, &claims, request, app.statement_timeout).await
+        let request = request_of(&bytes)?.to_owned();
+        // The database's part runs in a task of its own, which holds the caller's share: a caller
+        // that goes away mid-request drops this future, not that task. Dropped here, the share was
+        // free again at once while the statement ran on in PostgreSQL, on a connection back in the
+        // pool (its ROLLBACK queued behind the statement), so a caller that closed its requests
+        // could keep every connection busy.
+        let (pool, caller, timeout) = (app.pool.clone(), claims.clone(), app.statement_timeout);
+        tokio::spawn(async move {
+            let _admitted = admitted;
+            db::call(&pool, rpc, &caller, &request, timeout).await
+        })
+        .await
+        .unwrap_or_else(|e| Err(ApiError::unavailable(format!("the request's task ended: {e}"))))
     }
     .await;
     (Some(claims), result)

@@ -491,3 +491,40 @@ async fn a_body_that_stops_arriving_is_answered_and_gives_its_callers_share_back
     assert_eq!(status, 200, "{body}");
     assert_eq!(db.one::<String>("select title from public.todos where id = 't1'").await, "after the stall");
 }
+
+/// A caller that goes away mid-request keeps its share until PostgreSQL has finished with the
+/// request: the share was given back the moment the connection closed, while the statement ran on
+/// in the database on a connection returned to the pool, so a caller that opened and closed
+/// requests could keep every connection busy whatever `--caller-concurrency` said.
+#[tokio::test]
+async fn a_caller_that_hangs_up_keeps_its_share_until_the_database_has_finished() {
+    use tokio::io::AsyncWriteExt;
+    let db = TestDb::with_todos().await;
+    db.owned_table("slow_notes", "id text primary key, body text", "").await;
+    db.exec(
+        "create function public.slow_notes_sleep() returns trigger language plpgsql as $$
+         begin perform pg_sleep(new.body::numeric); return new; end $$;
+         create trigger slow before insert on public.slow_notes for each row execute function public.slow_notes_sleep();",
+    )
+    .await;
+    let server = TestServer::start(db.url(), &["--caller-concurrency", "1"]).await;
+    let token = server.token(A);
+    let body = json!({"request": push_request(CLIENT_A, vec![mutation(1, "slow_notes", "s1", "upsert", json!({"body": "1.5"}))])}).to_string();
+    let mut hangs_up = tokio::net::TcpStream::connect(server.url.trim_start_matches("http://")).await.unwrap();
+    let request = format!(
+        "POST /rest/v1/rpc/kizuna_push HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    hangs_up.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    drop(hangs_up);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+
+    let next = push_request(CLIENT_A, vec![mutation(2, "todos", "t2", "upsert", json!({"title": "next"}))]);
+    let (status, body) = server.rpc("kizuna_push", Some(&token), &next).await;
+    assert_eq!((status, body["code"].as_str()), (429, Some("KZG05")), "the share is still held: {body}");
+    tokio::time::sleep(std::time::Duration::from_millis(1600)).await;
+    let (status, body) = server.rpc("kizuna_push", Some(&token), &next).await;
+    assert_eq!(status, 200, "and given back once the database finished: {body}");
+}
