@@ -7,7 +7,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
-use serde_json::{Map, Value};
+use base64::Engine as _;
+use serde_json::Value;
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 /// The database roles a token may name. The role is spliced into `SET LOCAL ROLE` only as one of
 /// these constants, never as text from the token.
@@ -51,6 +54,15 @@ pub struct Claims {
 
 /// The claim naming the source universe in a universe-sync token.
 pub const UNIVERSE_CLAIM: &str = "kizuna_universe";
+
+/// The claims the gateway itself reads (any JSON, judged in `verify`); the others are skipped.
+#[derive(serde::Deserialize)]
+struct Known {
+    role: Option<Value>,
+    sub: Option<Value>,
+    #[serde(rename = "kizuna_universe")]
+    universe: Option<Value>,
+}
 
 /// Why a token was refused. The message is safe to show the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,25 +115,23 @@ impl JwtKey {
         }
     }
 
+    /// The claims the gateway reads are decoded; the rest are skipped, not converted, and the
+    /// payload reaches `request.jwt.claims` as the token holds it: re-serialised from JSON values,
+    /// a claim such as `"tenant": 123456789012345678901234` reached the policies as
+    /// `1.2345678901234568e23`, and one of `1e400` got the whole token refused.
     pub fn verify(&self, token: &str) -> Result<Claims, JwtError> {
-        let data = jsonwebtoken::decode::<Map<String, Value>>(token, &self.decoding, &self.validation)
+        let data = jsonwebtoken::decode::<Known>(token, &self.decoding, &self.validation)
             .map_err(|e| refusal(e.kind()))?;
         let claims = data.claims;
-        let role = claims
-            .get("role")
-            .and_then(Value::as_str)
-            .and_then(Role::parse)
-            .ok_or(JwtError::Role)?;
-        let sub = claims
-            .get("sub")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned);
+        let role = claims.role.as_ref().and_then(Value::as_str).and_then(Role::parse).ok_or(JwtError::Role)?;
+        let sub = claims.sub.as_ref().and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
         if role == Role::Authenticated && sub.is_none() {
             return Err(JwtError::Subject);
         }
-        let universe = claims.get(UNIVERSE_CLAIM).and_then(Value::as_str).map(str::to_owned);
-        let json = Value::Object(claims).to_string();
+        let universe = claims.universe.as_ref().and_then(Value::as_str).map(str::to_owned);
+        // The library decoded this very segment, so it is base64url JSON.
+        let payload = token.split('.').nth(1).ok_or(JwtError::Malformed("no payload"))?;
+        let json = B64.decode(payload).ok().and_then(|bytes| String::from_utf8(bytes).ok()).ok_or(JwtError::Malformed("payload"))?;
         Ok(Claims { role, sub, universe, json })
     }
 
@@ -184,6 +194,19 @@ mod tests {
         // Supabase's own tokens carry an audience; it does not stop them.
         let supabase = key().mint(&json!({"sub": "u1", "role": "authenticated", "aud": "authenticated", "exp": now + 60}));
         assert!(key().verify(&supabase).is_ok());
+    }
+
+    /// The payload reaches the database as the token holds it, digit for digit.
+    #[test]
+    fn claims_reach_the_database_as_the_token_holds_them() {
+        let now = unix_now();
+        let payload = format!(r#"{{"sub":"u1","role":"authenticated","exp":{},"app_metadata":{{"tenant":123456789012345678901234}},"big":1e400}}"#, now + 60);
+        let signing_input = format!("{}.{}", B64.encode(r#"{"alg":"HS256","typ":"JWT"}"#), B64.encode(&payload));
+        let mut mac = Hmac::<Sha256>::new_from_slice(b"secret").unwrap();
+        mac.update(signing_input.as_bytes());
+        let token = format!("{signing_input}.{}", B64.encode(mac.finalize().into_bytes()));
+        let c = key().verify(&token).expect("a large number in a claim is no reason to refuse the token");
+        assert_eq!(c.json, payload);
     }
 
     #[test]
