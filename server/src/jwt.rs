@@ -50,6 +50,9 @@ pub struct Claims {
     pub universe: Option<String>,
     /// The whole verified payload as JSON text, for `request.jwt.claims`.
     pub json: String,
+    /// `exp`, in seconds since the epoch: a wake stream ends then (the client opens another with
+    /// a fresh token).
+    pub expires_at: f64,
 }
 
 /// The claim naming the source universe in a universe-sync token.
@@ -62,6 +65,8 @@ struct Known {
     sub: Option<Value>,
     #[serde(rename = "kizuna_universe")]
     universe: Option<Value>,
+    /// Required and checked by the library (a number).
+    exp: Option<Value>,
 }
 
 /// Why a token was refused. The message is safe to show the caller.
@@ -132,7 +137,8 @@ impl JwtKey {
         // The library decoded this very segment, so it is base64url JSON.
         let payload = token.split('.').nth(1).ok_or(JwtError::Malformed("no payload"))?;
         let json = B64.decode(payload).ok().and_then(|bytes| String::from_utf8(bytes).ok()).ok_or(JwtError::Malformed("payload"))?;
-        Ok(Claims { role, sub, universe, json })
+        let expires_at = claims.exp.as_ref().and_then(Value::as_f64).ok_or(JwtError::Malformed("exp"))?;
+        Ok(Claims { role, sub, universe, json, expires_at })
     }
 
     /// Signs `claims` as an HS256 token (dev tokens and tests).

@@ -62,7 +62,7 @@ mod tests {
     use crate::jwt::Role;
 
     fn claims(sub: Option<&str>) -> Claims {
-        Claims { role: Role::Authenticated, sub: sub.map(str::to_owned), universe: None, json: "{}".into() }
+        Claims { role: Role::Authenticated, sub: sub.map(str::to_owned), universe: None, json: "{}".into(), expires_at: 0.0 }
     }
 
     #[test]

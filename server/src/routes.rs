@@ -297,15 +297,23 @@ async fn wake(State(app): State<AppState>, headers: HeaderMap, uri: axum::http::
         app.metrics.record_error(error.code());
         return error.into_response();
     }
-    if let Err(error) = authenticate(&app.key, bearer(&headers)) {
-        app.metrics.record_error(error.code());
-        return error.into_response();
-    }
+    let claims = match authenticate(&app.key, bearer(&headers)) {
+        Ok(claims) => claims,
+        Err(error) => {
+            app.metrics.record_error(error.code());
+            return error.into_response();
+        }
+    };
+    // The stream ends when its token expires, as every other request with that token is refused
+    // then: it went on for as long as the connection lived.
+    let left = Duration::from_secs_f64((claims.expires_at - crate::jwt::unix_now() as f64).max(0.0));
+    let expiry = Box::pin(tokio::time::sleep(left));
     // Subscribing before answering means every commit after the response headers is seen.
     let receiver = app.wake.subscribe();
     Sse::new(wake_events(
         receiver,
         app.shutdown.clone(),
+        expiry,
         app.metrics.clone(),
     ))
     .keep_alive(
@@ -319,6 +327,7 @@ async fn wake(State(app): State<AppState>, headers: HeaderMap, uri: axum::http::
 fn wake_events(
     receiver: broadcast::Receiver<i64>,
     shutdown: watch::Receiver<bool>,
+    expiry: std::pin::Pin<Box<tokio::time::Sleep>>,
     metrics: Arc<Metrics>,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     /// Counts the stream as open for as long as it lives, however it ends.
@@ -331,14 +340,15 @@ fn wake_events(
     metrics.wake_client_connected();
     let open = Open(metrics);
     stream::unfold(
-        (receiver, shutdown, open),
-        |(mut receiver, mut shutdown, open)| async move {
+        (receiver, shutdown, expiry, open),
+        |(mut receiver, mut shutdown, mut expiry, open)| async move {
             loop {
                 if *shutdown.borrow() {
                     return None;
                 }
                 let horizon = tokio::select! {
                     _ = shutdown.changed() => return None,
+                    _ = &mut expiry => return None,
                     received = receiver.recv() => match received {
                         Ok(horizon) => horizon,
                         // Missed some: the newest still waiting says all a client needs.
@@ -349,7 +359,7 @@ fn wake_events(
                 let event = Event::default()
                     .event("wake")
                     .data(json!({ "horizon": horizon }).to_string());
-                return Some((Ok(event), (receiver, shutdown, open)));
+                return Some((Ok(event), (receiver, shutdown, expiry, open)));
             }
         },
     )

@@ -528,3 +528,24 @@ async fn a_caller_that_hangs_up_keeps_its_share_until_the_database_has_finished(
     let (status, body) = server.rpc("kizuna_push", Some(&token), &next).await;
     assert_eq!(status, 200, "and given back once the database finished: {body}");
 }
+
+/// A wake stream ends when its token expires, as every other request with that token is refused
+/// then (the client opens another with a fresh token): it went on for as long as the connection
+/// lived, telling a caller whose token had expired when others' writes landed.
+#[tokio::test]
+async fn a_wake_stream_ends_when_its_token_expires() {
+    let db = TestDb::with_todos().await;
+    let server = TestServer::start(db.url(), &[]).await;
+    let short = support::server::sign(
+        &json!({"alg": "HS256", "typ": "JWT"}),
+        &json!({"sub": A, "role": "authenticated", "exp": support::server::now() + 2}),
+        support::server::SECRET,
+    );
+    let mut wake = server.http.get(server.path("/kizuna/v1/wake")).bearer_auth(&short).send().await.unwrap();
+    assert_eq!(wake.status(), 200);
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(6), async {
+        while let Ok(Some(_)) = wake.chunk().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream ended once its token expired");
+}
