@@ -217,6 +217,19 @@ impl KizunaClient {
                 .enumerate()
                 .map(|(i, w)| {
                     let field = |k: &str| values::property(&w, k, &format_args!("writes[{i}]"));
+                    // As a write's options: what a member does not take is refused, never dropped
+                    // (an `applyAfter` here would have been sent at once).
+                    if !w.is_object() {
+                        return Err(invalid(format!("writes[{i}] must be an object {{op, table, pk, row | columns}}")));
+                    }
+                    let takes: &[&str] = match field("op")?.as_string().as_deref() {
+                        Some("upsert") => &["op", "table", "pk", "row"],
+                        Some("patch") => &["op", "table", "pk", "columns"],
+                        _ => &["op", "table", "pk"],
+                    };
+                    if let Some(key) = values::property_names(&w, &format_args!("writes[{i}]"))?.into_iter().find(|k| !takes.contains(&k.as_str())) {
+                        return Err(invalid(format!("writes[{i}] has '{key}', which a batch write of its op does not take (known: {})", takes.join(", "))));
+                    }
                     let table = values::text(&field("table")?, format_args!("writes[{i}].table"))?;
                     let pk = values::text(&field("pk")?, format_args!("writes[{i}].pk"))?;
                     let (op, columns) = match field("op")?.as_string().as_deref() {
@@ -275,11 +288,14 @@ impl KizunaClient {
         let listener: Function = listener.dyn_into().map_err(|_| invalid("listener must be a function"))?;
         let id = watch::watch(&self.inner, table, filter, listener);
         let inner = Rc::downgrade(&self.inner);
-        let stop = Closure::once_into_js(move || {
+        // Callable again, doing nothing more (a cleanup that runs twice): a once-only closure
+        // threw wasm-bindgen's error, with no code, on the second call.
+        let stop = Closure::<dyn FnMut()>::new(move || {
             if let Some(inner) = inner.upgrade() {
                 watch::unwatch(&inner, id);
             }
-        });
+        })
+        .into_js_value();
         Ok(stop.unchecked_into())
     }
 
@@ -378,11 +394,12 @@ impl KizunaClient {
             wasm_bindgen_futures::spawn_local(async move { crate::events::emit(&listeners, &held) });
         }
         let listeners = Rc::downgrade(&self.inner.listeners);
-        let off = Closure::once_into_js(move || {
+        let off = Closure::<dyn FnMut()>::new(move || {
             if let Some(l) = listeners.upgrade() {
                 l.borrow_mut().remove(id);
             }
-        });
+        })
+        .into_js_value();
         Ok(off.unchecked_into())
     }
 

@@ -94,6 +94,14 @@ export type ErrorCode =
   | "KZG04"
   /** This caller has too many requests in flight (HTTP 429). Retryable. */
   | "KZG05"
+  /** The request's body did not arrive in time (HTTP 408). Retryable. */
+  | "KZG06"
+  /** A sync() in a tab that lost the lead while it ran (it was frozen or stalled and another tab
+   * took over). Retryable: call again, the new leader runs it. */
+  | "NOT_LEADER"
+  /** A refusal whose body is no Kizuna or PostgREST error (a proxy's HTML page, a `url` that is
+   * not Kizuna): 4xx permanent except 401, 404, 405, 408, 425 and 429; the others retried. */
+  | `HTTP${number}`
   | (string & {});
 
 /** What the client throws, and what its promises reject with. */
@@ -138,6 +146,9 @@ export interface ClientOptions<DB extends object = AnyTables> {
   requestTimeoutMs?: number;
   /** Tables whose pending writes coalesce: only the newest unsent write per key is kept. */
   latestOnlyTables?: string[];
+  /** Bytes of a pull run's pages kept in the page's memory until the run commits (default
+   * 33554432, 32 MiB); the pages past it wait in IndexedDB, and 0 keeps them all there. */
+  stagingMemoryBytes?: number;
   /**
    * Equality indexes: for each table, the columns `query`/`watch` filters (`where`) should find
    * through IndexedDB instead of reading the whole table. Each declared column costs an index entry

@@ -75,6 +75,9 @@ async fn bad_arguments_are_coded_errors_that_store_nothing() {
         "return client.batch(new Proxy([], {get() { throw new Error('no items') }}))",
         "return client.batch([{get op() { throw new Error('no op') }, table: 'todos', pk: 'k'}])",
         "return client.constructor.open(new Proxy({name: 'x'}, {ownKeys() { throw new Error('no keys') }}))",
+        // A batch member takes no options: a delay there was dropped and the write sent at once.
+        "return client.batch([{op: 'patch', table: 'todos', pk: 'k', columns: {done: true}, applyAfter: 5}])",
+        "return client.batch(['k'])",
     ];
     for snippet in snippets {
         let err = js_await(&client, snippet).await.expect_err(snippet);
@@ -96,6 +99,10 @@ async fn bad_arguments_are_coded_errors_that_store_nothing() {
     }
     let thrown = js(&client, "try { client.on('change', 42); return null } catch (e) { return e }");
     assert_eq!(error_code(&thrown), "INVALID_ARGUMENT", "on() with a listener that is not a function");
+    // Unsubscribing twice (a cleanup that runs twice) does nothing more; it threw with no code.
+    let twice = js(&client, "try { const off = client.on('change', () => {}); off(); off();
+                                   const stop = client.watch('todos', {}, () => {}); stop(); stop(); return null } catch (e) { return e }");
+    assert!(twice.is_null(), "{:?}", twice);
     assert_eq!(from_js(js(&client, "return client.pendingWrites()")), json!([]), "nothing was stored");
     js(&client, "client.close()");
 }
