@@ -356,6 +356,38 @@ language sql stable security definer set search_path = pg_catalog as $$
    limit n
 $$;
 
+-- Fresh ids (and keys) for the events among `ids` the target answered DELAYED before: stored
+-- nowhere there, they would go again under their first id, below events sent and applied since,
+-- whose verdicts the target may have pruned (7 days by default): a client_seq at or below the
+-- target's pruned one is answered SKIPPED, which acknowledges the event, and the scheduled row
+-- never arrived. Under the fence's lock, as the fold numbers events, so ids stay visible in order.
+-- Returns (old id, new id, new key) for each event renumbered.
+create or replace function kizuna.universe_claim(ids bigint[])
+returns table (old_id bigint, new_id bigint, new_key uuid)
+language plpgsql security definer set search_path = pg_catalog, public as $$
+begin
+  if not exists (select 1 from kizuna.universe_events e
+                  where e.id = any(ids) and e.acked_at is null and not e.dead_letter
+                    and e.attempts = 0 and e.error is null and e.retry_at is not null) then
+    return;  -- nothing held: no lock taken on the path of every slice
+  end if;
+  perform pg_advisory_xact_lock(kizuna.fence_lock_key());
+  return query
+    with held as (
+      select e.id from kizuna.universe_events e
+       where e.id = any(ids) and e.acked_at is null and not e.dead_letter
+         and e.attempts = 0 and e.error is null and e.retry_at is not null
+       order by e.id
+         for update
+    ), fresh as (
+      select h.id as old, nextval('kizuna.universe_event_seq') as new from held h order by h.id
+    )
+    update kizuna.universe_events e set id = f.new, key = gen_random_uuid()
+      from fresh f where e.id = f.old
+    returning f.old, e.id, e.key;
+end
+$$;
+
 -- The wire mutations of those of these events still pending, in id order, as JSON text, and their
 -- ids: the row images go out exactly as stored (jsonb keeps every digit of a number), never
 -- re-serialised by the sync process. An event replaced meanwhile by a latest-only write is not sent.
@@ -529,6 +561,7 @@ revoke all on function
   kizuna.universe_fold(),
   kizuna.universe_identity(),
   kizuna.universe_window(bigint, integer),
+  kizuna.universe_claim(bigint[]),
   kizuna.universe_mutations(bigint[]),
   kizuna.universe_record(jsonb),
   kizuna.universe_prune_acked(),

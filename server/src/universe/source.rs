@@ -61,6 +61,17 @@ impl Source {
 
     /// The wire mutations of the events `ids` that are still pending, as JSON text exactly as the
     /// pack wrote it, and the ids it holds.
+    /// Fresh ids and keys for the events of `ids` the target answered DELAYED before
+    /// (`kizuna.universe_claim`): (old id, new id, new key).
+    pub async fn claim(&self, ids: &[i64]) -> Result<Vec<(i64, i64, uuid::Uuid)>, String> {
+        let rows = self
+            .client
+            .query("select old_id, new_id, new_key from kizuna.universe_claim($1)", &[&ids])
+            .await
+            .map_err(|e| sql_error("kizuna.universe_claim", &e))?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect())
+    }
+
     pub async fn mutations(&self, ids: &[i64]) -> Result<(Vec<i64>, String), String> {
         let row = self
             .client

@@ -54,9 +54,18 @@ pub async fn run(source: &Source, target: &Target, delivery: &mut Delivery) -> R
         let Some(last) = window.last().map(|e| e.id) else { break };
         let full = window.len() as i64 == WINDOW;
         loop {
-            let ids = delivery.next_slice(&window, now_ms());
+            let mut ids = delivery.next_slice(&window, now_ms());
             if ids.is_empty() {
                 break;
+            }
+            // An event answered DELAYED before goes under a fresh id (`kizuna.universe_claim`).
+            for (old, new, key) in source.claim(&ids).await? {
+                if let Some(e) = window.iter_mut().find(|e| e.id == old) {
+                    (e.id, e.key) = (new, key);
+                }
+                if let Some(id) = ids.iter_mut().find(|id| **id == old) {
+                    *id = new;
+                }
             }
             let (sent_ids, mutations) = source.mutations(&ids).await?;
             // Events replaced by a latest-only write since the window was read are not sent.
