@@ -128,7 +128,7 @@ impl Engine {
 
     /// Where a delivery unit stands at `now`, by the outbox policy.
     pub(crate) fn unit_state(&self, unit: &[i64], now: Millis) -> UnitState {
-        let timings = unit.iter().map(|s| &self.outbox[s]).map(|e| Timing { apply_after: e.apply_after, retry_at: e.retry_at });
+        let timings = unit.iter().map(|s| &self.outbox[s]).map(|e| Timing { apply_after: e.apply_after, retry_at: e.retry_at, failed: e.last_error.is_some() });
         self.config.retry_policy().unit_state(timings, now)
     }
 

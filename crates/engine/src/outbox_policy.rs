@@ -68,6 +68,9 @@ pub struct Timing {
     pub apply_after: Option<Millis>,
     /// Not sent again before this time, if set.
     pub retry_at: Option<Millis>,
+    /// `retry_at` is a backoff after a failure, not the wait a `DELAYED` answer set: it blocks what
+    /// comes after the entry, delay window or not.
+    pub failed: bool,
 }
 
 /// Where a delivery unit stands at `now`.
@@ -188,21 +191,25 @@ impl RetryPolicy {
         let mut held = None::<Millis>;
         let mut blocked = None::<Millis>;
         for e in entries {
-            match e.apply_after {
-                Some(after) => {
-                    let until = match self.delay_window {
-                        DelayWindow::HoldLocally => after.max(e.retry_at.unwrap_or(Millis::MIN)),
-                        DelayWindow::ReceiverJudges => e.retry_at.unwrap_or(Millis::MIN),
-                    };
-                    if until > now {
-                        held = Some(held.map_or(until, |h| h.max(until)));
-                    }
-                }
-                None => {
-                    if let Some(at) = e.retry_at.filter(|&at| at > now) {
-                        blocked = Some(blocked.map_or(at, |b| b.max(at)));
-                    }
-                }
+            // A backoff after a failure blocks (issue order: a later write of the key must not go
+            // first), with a delay window too: read as part of the window, it held the entry alone
+            // and let everything behind it go, window after window.
+            let (hold, block) = match (e.apply_after, e.failed) {
+                (None, _) => (None, e.retry_at),
+                (Some(after), false) => match self.delay_window {
+                    DelayWindow::HoldLocally => (Some(after.max(e.retry_at.unwrap_or(Millis::MIN))), None),
+                    DelayWindow::ReceiverJudges => (e.retry_at, None),
+                },
+                (Some(after), true) => match self.delay_window {
+                    DelayWindow::HoldLocally => (Some(after), e.retry_at),
+                    DelayWindow::ReceiverJudges => (None, e.retry_at),
+                },
+            };
+            if let Some(until) = hold.filter(|&until| until > now) {
+                held = Some(held.map_or(until, |h| h.max(until)));
+            }
+            if let Some(at) = block.filter(|&at| at > now) {
+                blocked = Some(blocked.map_or(at, |b| b.max(at)));
             }
         }
         match (held, blocked) {
@@ -313,9 +320,11 @@ mod tests {
     #[test]
     fn delay_windows_hold_locally_or_after_a_delayed_answer() {
         let now = 5_000;
-        let early = Timing { apply_after: Some(9_000), retry_at: None };
-        let answered = Timing { apply_after: Some(9_000), retry_at: Some(9_000) };
-        let backing_off = Timing { apply_after: None, retry_at: Some(7_000) };
+        let early = Timing { apply_after: Some(9_000), retry_at: None, failed: false };
+        let answered = Timing { apply_after: Some(9_000), retry_at: Some(9_000), failed: false };
+        let backing_off = Timing { apply_after: None, retry_at: Some(7_000), failed: true };
+        // Due (its window passed), then a failure: its backoff blocks what is behind it.
+        let due_then_failed = Timing { apply_after: Some(1_000), retry_at: Some(7_000), failed: true };
         let browser = policy(Charge::PermanentOnly, DelayWindow::HoldLocally);
         let universe = policy(Charge::EveryFailure, DelayWindow::ReceiverJudges);
         assert_eq!(browser.unit_state([early], now), UnitState::Held(9_000));
@@ -323,6 +332,10 @@ mod tests {
         assert_eq!(universe.unit_state([answered], now), UnitState::Held(9_000));
         assert_eq!(universe.unit_state([answered], 9_000), UnitState::Ready);
         assert_eq!(universe.unit_state([backing_off], now), UnitState::Blocked(7_000));
+        assert_eq!(universe.unit_state([due_then_failed], now), UnitState::Blocked(7_000));
+        assert_eq!(browser.unit_state([due_then_failed], now), UnitState::Blocked(7_000));
+        let early_then_failed = Timing { apply_after: Some(9_000), ..due_then_failed };
+        assert_eq!(browser.unit_state([early_then_failed], now), UnitState::Held(9_000), "its window holds it first");
         assert_eq!(universe.delayed_until(Some(9_000), now), 9_000);
         assert_eq!(universe.delayed_until(Some(5_100), now), 6_000, "at least retry_base after now");
     }

@@ -127,7 +127,8 @@ impl Delivery {
     }
 
     fn state(&self, event: &EventState, now: Millis) -> crate::outbox_policy::UnitState {
-        self.policy().unit_state([Timing { apply_after: event.apply_after, retry_at: event.retry_at }], now)
+        let failed = event.error.is_some();
+        self.policy().unit_state([Timing { apply_after: event.apply_after, retry_at: event.retry_at, failed }], now)
     }
 
     /// True when an event of `pending` backs off: nothing behind it may go before it.

@@ -174,6 +174,7 @@ impl Engine {
                     e.attempts = e.attempts.saturating_sub(1);
                     e.permanent_failures = 0;
                     e.retry_at = Some(policy.delayed_until(e.apply_after, now));
+                    e.last_error = None; // its wait is the window's, not a failure's (`Timing::failed`)
                     tx.ops.push(StoreOp::PutOutbox(e.clone()));
                 }
                 // No verdict, or a refusal without its reason: not an answer we may act on.

@@ -559,3 +559,23 @@ fn a_verdict_in_another_spelling_of_the_key_moves_the_row_and_its_pending_writes
         .collect();
     assert!(changed.contains(&upper.to_string()) && changed.contains(&lower.to_string()), "{changed:?}");
 }
+
+/// A write whose delay window has passed and whose push then failed blocks what was written after
+/// it until its backoff ends, as any other failed write does: its backoff was read as part of its
+/// window, it was held alone, and a later write of the same key went first (the server then kept
+/// the older value).
+#[test]
+fn a_due_delayed_write_that_failed_blocks_the_writes_behind_it() {
+    let mut h = Harness::new(Config::default());
+    let mut early = lw("todos", "k", Op::Upsert, Some(json!({"title": "first"})));
+    early.apply_after = Some(h.now - 1_000);
+    h.write_all(vec![early]).unwrap();
+    let (_request, tx) = h.engine.poll_push(h.now).expect("due");
+    h.store.apply(tx);
+    let tx = h.engine.on_push_failure(h.now, network());
+    h.store.apply(tx);
+    h.write("todos", "k", Op::Upsert, Some(json!({"title": "second"})));
+    assert!(h.engine.poll_push(h.now).is_none(), "the later write waits behind the failed one");
+    h.drain(120_000);
+    assert_eq!(h.server.row("todos", "k"), Some(row(json!({"title": "second"}))), "applied in the order written");
+}
