@@ -35,8 +35,7 @@
 -- Lifecycle signals (answered with no entries, done: true, cursor "kz1.<epoch>.0"):
 --   CHECKPOINT_EXPIRED  from > 0 and from < kizuna.state.low_watermark (a tombstone after `from` was
 --                       pruned), judged on every page of the run, before and again after the page
---                       is collected; a run from null expires when a tombstone above its first
---                       page's horizon was pruned (kizuna.run_expired).
+--                       is collected; a run from null always completes.
 --   SERVER_RESET        the cursor names another epoch (the database was reset, restored or copied,
 --                       or kizuna.new_epoch() was called) or a position beyond this server's history.
 -- Either way the client discards its local snapshot and pulls again from null.
@@ -113,17 +112,6 @@ begin
 exception when others then
   return null;
 end
-$$;
-
--- Whether a run can no longer be told every delete it needs: a run from a checkpoint needs the
--- tombstones after it; a run from null, those after its first page's horizon (a row one of its
--- pages delivered and a later commit deleted). Pruned (below the low watermark): the run expires,
--- and the client, which commits nothing before a run's last page, starts again from null. A run
--- from null used to complete anyway, and its checkpoint, past the pruned delete, kept that row on
--- the device for good.
-create or replace function kizuna.run_expired(run_from bigint, run_start bigint, low_watermark bigint) returns boolean
-language sql immutable as $$
-  select case when run_from > 0 then run_from < low_watermark else run_start < low_watermark end
 $$;
 
 create or replace function kizuna.pull_state(out epoch text, out horizon bigint, out low_watermark bigint)
@@ -472,7 +460,7 @@ begin
     -- the position (its new seq is above every horizon served so far), so it is delivered, in its
     -- new state; the closing page's horizon is the checkpoint's (see the note at the top).
     horizon := st.horizon;
-    if kizuna.run_expired(run_from, run_start, st.low_watermark) then
+    if run_from > 0 and run_from < st.low_watermark then
       return kizuna.lifecycle_page('CHECKPOINT_EXPIRED');
     end if;
   end if;
@@ -517,7 +505,7 @@ begin
   -- Each statement here reads its own snapshot, so the reaper may have pruned a tombstone of this
   -- run after the check above and before the scan that would have found it. Judge the run again
   -- now that the page is collected: a page never closes a run past a delete it could not see.
-  if kizuna.run_expired(run_from, run_start, (select s.low_watermark from kizuna.pull_state() s)) then
+  if run_from > 0 and run_from < (select s.low_watermark from kizuna.pull_state() s) then
     return kizuna.lifecycle_page('CHECKPOINT_EXPIRED');
   end if;
 

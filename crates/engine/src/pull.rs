@@ -204,10 +204,8 @@ impl Engine {
         };
         if let Some(signal) = head.lifecycle {
             if run.from_null {
-                // A run from null expires only when a delete after its first page was pruned
-                // mid-run (or the server was reset): it starts again from the beginning after a
-                // backoff, so a server that kept answering so would not be asked in a loop.
-                let message = format!("{} on a run from the beginning; it starts again", signal.as_str());
+                // A run from null cannot expire; the server is confused. Back off, do not loop.
+                let message = format!("{} on a run from the beginning", signal.as_str());
                 return PullStep::Abandoned { tx: self.abandon_run(now, signal.as_str(), &message, true) };
             }
             *run = PullRun {
