@@ -105,7 +105,7 @@ create unlogged table if not exists kizuna.universe_marker (xid xid8 primary key
 -- Registry and compiled capture.
 
 -- Bump when the compiled template changes: installs recompile every registered table once.
-create or replace function kizuna.universe_compile_version() returns integer language sql immutable as 'select 6';
+create or replace function kizuna.universe_compile_version() returns integer language sql immutable as 'select 7';
 
 create or replace function kizuna.universe_compile(table_rel regclass) returns void
 language plpgsql security definer set search_path = pg_catalog, public as $$
@@ -149,7 +149,7 @@ begin
       end if;
       -- The outbox indexes a key (see the capture in 003_registry.sql): refused in the write's
       -- statement, not at commit with PostgreSQL's words naming the index.
-      if octet_length(coalesce(npk, '')) > 2400 or octet_length(coalesce(opk, '')) > 2400 then
+      if npk is distinct from opk and octet_length(coalesce(npk, '')) > 2400 then  -- a key it had is indexed already
         raise exception 'a key of a table registered for universe sync must stay under 2,400 bytes'
           using errcode = '54000';
       end if;
@@ -382,7 +382,10 @@ begin
     ), fresh as (
       select h.id as old, nextval('kizuna.universe_event_seq') as new from held h order by h.id
     )
-    update kizuna.universe_events e set id = f.new, key = gen_random_uuid()
+    -- retry_at cleared: claimed once. Sent and applied but never recorded (the process killed),
+    -- it goes again under this key, which the target answers from its ledger; a new DELAYED
+    -- answer sets retry_at again.
+    update kizuna.universe_events e set id = f.new, key = gen_random_uuid(), retry_at = null
       from fresh f where e.id = f.old
     returning f.old, e.id, e.key;
 end
@@ -394,13 +397,14 @@ $$;
 drop function if exists kizuna.universe_mutations(bigint[]);
 create or replace function kizuna.universe_mutations(ids bigint[], out sent bigint[], out mutations text)
 language sql stable security definer set search_path = pg_catalog as $$
-  select coalesce(array_agg(e.id order by e.id), '{}'),
+  -- In the order of `ids` (the slice's): an event claimed a fresh id keeps its place in it.
+  select coalesce(array_agg(e.id order by array_position(ids, e.id)), '{}'),
          coalesce(jsonb_agg(jsonb_build_object(
            'id', e.key, 'client_seq', e.id, 'table', e.target_table, 'pk', e.pk, 'op', e.op, 'read_seq', 0)
            || case when e.columns is null then '{}' else jsonb_build_object('columns', e.columns) end
            || case when e.apply_after is null then '{}' else jsonb_build_object('apply_after',
                 to_char(kizuna.universe_wire_time(e.apply_after) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) end
-         order by e.id), '[]')::text
+         order by array_position(ids, e.id)), '[]')::text
     from kizuna.universe_events e
    where e.id = any(ids) and e.acked_at is null and not e.dead_letter
 $$;

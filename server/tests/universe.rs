@@ -461,8 +461,12 @@ async fn delayed_until_apply_after_without_costing_an_attempt_or_blocking_the_qu
     // target's pruned client_seq, was answered SKIPPED, acknowledged, and never applied.
     u.prune_target_ledger().await;
     sleep_until_ms(publish_at).await;
+    // And a later write of the same row, sent in the same slice: the held event, now under a fresh
+    // id, keeps its place before it (sorted by id, it went last and its older image won).
+    u.source.exec("update public.items set title = 'x2' where id = 'later'").await;
     let due = u.sync(&[]).await;
-    assert_eq!((due["applied"].as_u64(), due["skipped"].as_u64()), (Some(1), Some(0)), "{due}");
+    assert_eq!((due["applied"].as_u64(), due["skipped"].as_u64()), (Some(2), Some(0)), "{due}");
+    assert_eq!(u.target.one::<String>("select title from public.items where id = 'later'").await, "x2");
     assert_eq!(Universe::rows(&u.target, "true").await, Universe::rows(&u.source, "true").await);
 }
 
