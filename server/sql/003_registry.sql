@@ -7,7 +7,7 @@
 -- Admin only: EXECUTE is revoked from the API roles (see 007_admin.sql).
 
 -- Bump when the capture template changes: installs recompile every registered table once.
-create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 7';
+create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 8';
 
 create or replace function kizuna.compile_table(table_name text) returns void
 language plpgsql security definer set search_path = pg_catalog, public as $$
@@ -61,8 +61,10 @@ begin
       -- past that the transaction failed at commit, after every check had passed (a push as a
       -- fault of the server, resent for ever, with PostgreSQL's words naming the pack's index).
       -- Refused here, in the write's own statement: a push's refusal of that one write.
-      if octet_length(coalesce(npk, '')) + octet_length(coalesce(nb, '')) > 2400
-         or octet_length(coalesce(opk, '')) + octet_length(coalesce(ob, '')) > 2400 then
+      -- Only a new key or bucket: one the row had is in the index already, so a row stored
+      -- before this check (a key that compressed well) can still be written and deleted.
+      if (npk is distinct from opk or nb is distinct from ob)
+         and octet_length(coalesce(npk, '')) + octet_length(coalesce(nb, '')) > 2400 then
         raise exception 'a synced row''s key and bucket must stay under 2,400 bytes together'
           using errcode = '54000';
       end if;

@@ -413,4 +413,16 @@ async fn a_key_or_bucket_too_long_for_the_change_log_refuses_that_write_alone() 
     let plain = db.client().batch_execute(&format!("insert into public.todos (id, owner, title) values ('{long}', '{ALICE}', 'x')")).await;
     let error = plain.expect_err("refused at the statement").as_db_error().map(|e| (e.code().code().to_owned(), e.message().to_owned()));
     assert_eq!(error, Some(("54000".into(), "a synced row's key and bucket must stay under 2,400 bytes together".into())));
+
+    // A row stored with a long key before the check (one that compressed into the index) can still
+    // be written and deleted: only a new key is checked.
+    let stored = "k".repeat(3000);
+    db.exec(&format!(
+        "alter table public.todos disable trigger kizuna_capture;
+         insert into public.todos (id, owner, title) values ('{stored}', '{ALICE}', 'old');
+         alter table public.todos enable always trigger kizuna_capture;
+         update public.todos set title = 'older' where id = '{stored}';
+         delete from public.todos where id = '{stored}';"
+    ))
+    .await;
 }
