@@ -414,9 +414,9 @@ async fn random_hostile_bodies_get_verdicts_or_coded_4xx_never_5xx() {
     assert!(answered > 20 && refused > 20, "the generator must exercise both ({answered}/{refused})");
 }
 
-#[tokio::test]
-async fn no_caller_holds_the_pool_a_slow_request_times_out_and_a_greedy_caller_waits_its_turn() {
-    let db = TestDb::with_todos().await;
+/// A synced table whose insert sleeps as many seconds as its `body` says: a request that keeps the
+/// database busy for as long as a test needs.
+async fn slow_notes(db: &TestDb) {
     db.owned_table("slow_notes", "id text primary key, body text", "").await;
     db.exec(
         "create function public.slow_notes_sleep() returns trigger language plpgsql as $$
@@ -424,6 +424,12 @@ async fn no_caller_holds_the_pool_a_slow_request_times_out_and_a_greedy_caller_w
          create trigger slow before insert on public.slow_notes for each row execute function public.slow_notes_sleep();",
     )
     .await;
+}
+
+#[tokio::test]
+async fn no_caller_holds_the_pool_a_slow_request_times_out_and_a_greedy_caller_waits_its_turn() {
+    let db = TestDb::with_todos().await;
+    slow_notes(&db).await;
     let server = TestServer::start(db.url(), &["--statement-timeout-ms", "2500", "--caller-concurrency", "1"]).await;
     let token = server.token(A);
     let sleepy = |seq: i64, seconds: &str| push_request(CLIENT_A, vec![mutation(seq, "slow_notes", &format!("s{seq}"), "upsert", json!({"body": seconds}))]);
@@ -500,13 +506,7 @@ async fn a_body_that_stops_arriving_is_answered_and_gives_its_callers_share_back
 async fn a_caller_that_hangs_up_keeps_its_share_until_the_database_has_finished() {
     use tokio::io::AsyncWriteExt;
     let db = TestDb::with_todos().await;
-    db.owned_table("slow_notes", "id text primary key, body text", "").await;
-    db.exec(
-        "create function public.slow_notes_sleep() returns trigger language plpgsql as $$
-         begin perform pg_sleep(new.body::numeric); return new; end $$;
-         create trigger slow before insert on public.slow_notes for each row execute function public.slow_notes_sleep();",
-    )
-    .await;
+    slow_notes(&db).await;
     let server = TestServer::start(db.url(), &["--caller-concurrency", "1"]).await;
     let token = server.token(A);
     let body = json!({"request": push_request(CLIENT_A, vec![mutation(1, "slow_notes", "s1", "upsert", json!({"body": "1.5"}))])}).to_string();
