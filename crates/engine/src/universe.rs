@@ -106,13 +106,17 @@ pub struct Delivery {
     config: DeliveryConfig,
     /// The narrowed slice width while a permanent refusal is being isolated.
     slice_limit: Option<usize>,
+    /// The last event of the request that was refused: once it is acknowledged, the refusal was
+    /// isolated (or passed: a proxy's or firewall's passing 4xx) and slices are wide again. Without
+    /// it one such refusal narrowed every request to one event for the life of the process.
+    narrowed_through: Option<i64>,
     prng: Prng,
 }
 
 impl Delivery {
     /// `seed` feeds the backoff jitter.
     pub fn new(config: DeliveryConfig, seed: u64) -> Delivery {
-        Delivery { config, slice_limit: None, prng: Prng::new(seed) }
+        Delivery { config, slice_limit: None, narrowed_through: None, prng: Prng::new(seed) }
     }
 
     /// Universe sync's parameters of the shared outbox policy.
@@ -175,6 +179,10 @@ impl Delivery {
             };
             updates.push(update);
         }
+        let passed = |u: &Update| matches!(u, Update::Acknowledged { id, .. } if Some(*id) >= self.narrowed_through);
+        if self.narrowed_through.is_some() && updates.iter().any(passed) {
+            (self.slice_limit, self.narrowed_through) = (None, None);
+        }
         updates
     }
 
@@ -187,6 +195,7 @@ impl Delivery {
             OnFailure::Charge { budget } => self.charge(sent, budget, &error, now),
             OnFailure::Narrow { width } => {
                 self.slice_limit = Some(width);
+                self.narrowed_through = sent.iter().map(|e| e.id).max();
                 sent.iter()
                     .map(|e| Update::Pending { id: e.id, attempts: e.attempts, retry_at: e.retry_at, error: Some(error.clone()) })
                     .collect()
@@ -281,6 +290,26 @@ mod tests {
             now = pending[0].retry_at.unwrap().max(pending[1].retry_at.unwrap());
         }
         assert_eq!(pending[2].attempts, 0, "events behind the blocked head were never charged");
+    }
+
+    /// A refusal of a whole request (a proxy's 413, a firewall's 403) narrows the slices only until
+    /// the events of that request are through: they were one event wide for good after it.
+    #[test]
+    fn narrowed_slices_widen_again_once_the_refused_request_is_through() {
+        let mut d = Delivery::new(DeliveryConfig { max_slice: 4, ..DeliveryConfig::default() }, 1);
+        let pending: Vec<EventState> = (1..=10).map(event).collect();
+        let proxy = Failure { status: Some(413), code: "HTTP_413".into(), message: "Request Entity Too Large".into() };
+        assert_eq!(d.next_slice(&pending, 0), vec![1, 2, 3, 4]);
+        d.on_failure(&pending[..4], &proxy, 0);
+        assert_eq!(d.next_slice(&pending, 0), vec![1, 2], "a 413 halves, whoever sent it");
+        let applied = |d: &mut Delivery, events: &[EventState]| {
+            let verdicts = events.iter().map(|e| verdict(e, VerdictStatus::Applied, None)).collect();
+            d.on_response(events, &PushResponse { verdicts, last_mutation_id: 0 }, 0)
+        };
+        applied(&mut d, &pending[..2]);
+        assert_eq!(d.next_slice(&pending[2..], 0), vec![3, 4], "still narrow within the refused request");
+        applied(&mut d, &pending[2..4]);
+        assert_eq!(d.next_slice(&pending[4..], 0), vec![5, 6, 7, 8], "wide again past it");
     }
 
     #[test]

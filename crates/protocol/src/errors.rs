@@ -73,7 +73,9 @@ impl ErrorClass {
     /// True when a permanent refusal says the request was too big, so that a non-atomic slice is
     /// halved rather than cut to its head write.
     pub fn is_size_refusal(code: &str) -> bool {
-        code == codes::BATCH_TOO_LARGE || code == codes::BODY_TOO_LARGE
+        // A 413 from what stands in front of the server (a proxy's body limit) too, as the browser
+        // client (`HTTP413`) and universe sync (`HTTP_413`) name a refusal that is no Kizuna error.
+        code == codes::BATCH_TOO_LARGE || code == codes::BODY_TOO_LARGE || code == "HTTP413" || code == "HTTP_413"
     }
 
     pub fn is_retryable(self) -> bool {
