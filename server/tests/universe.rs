@@ -700,3 +700,36 @@ async fn a_long_running_sync_delivers_writes_as_they_come_and_stops_on_sigterm()
     assert!(reports.len() >= 2, "one JSON line per run: {reports:?}");
     assert_eq!(reports.iter().map(|r| r["applied"].as_u64().unwrap()).sum::<u64>(), 2, "{reports:?}");
 }
+
+/// A target whose answer never ends (broken, or hostile) fails the request as a bad answer once it
+/// passes what any push answer holds, and the event stays pending: the answer was read whole into
+/// memory, bounded only by the request's timeout (a fast target could run universe-sync out of
+/// memory first).
+#[tokio::test]
+async fn an_answer_that_never_ends_is_a_bad_answer_not_a_whole_read() {
+    let _serial = SERIAL.lock().await;
+    let u = Universe::new("select kizuna.register_universe_table('public.items')").await;
+    u.source.exec("insert into public.items (id, title, region) values ('e1', 'x', 'eu')").await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endless = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 65536];
+                let _ = socket.read(&mut buf).await;
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{\"verdicts\": [";
+                if socket.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let spaces = vec![b' '; 1 << 20];
+                while socket.write_all(&spaces).await.is_ok() {}
+            });
+        }
+    });
+    let started = std::time::Instant::now();
+    let report = u.sync_to(&endless, &[]).await;
+    assert_eq!(report["failed_requests"], 1, "{report}");
+    assert!(report["last_error"].as_str().unwrap_or_default().starts_with("BAD_RESPONSE"), "{report}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "not the request's timeout: {report}");
+    assert_eq!(u.pending().await.len(), 1, "the event waits for a target that answers");
+}

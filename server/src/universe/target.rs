@@ -20,6 +20,11 @@ use crate::jwt::{unix_now, JwtKey, UNIVERSE_CLAIM};
 /// Lifetime of a minted token: one request's worth, with room for clock skew.
 const TOKEN_SECONDS: u64 = 300;
 
+/// The most of a target's answer read: a push answer of 256 refusals each carrying a server row of
+/// the pack's largest (64 KiB) is some 17 MiB. A longer answer is a broken or hostile target's,
+/// and read whole it could run universe-sync out of memory (only the request timeout bounded it).
+const MAX_ANSWER_BYTES: usize = 64 << 20;
+
 pub enum Credentials {
     /// Mint a token per request with the target's JWT secret.
     Secret(JwtKey),
@@ -74,7 +79,7 @@ impl Target {
             .await
             .map_err(transport_failure)?;
         let status = response.status().as_u16();
-        let text = response.text().await.map_err(transport_failure)?;
+        let text = answer_text(response).await?;
         if status != 200 {
             let refusal = serde_json::from_str::<ErrorBody>(&text).ok();
             return Err(Failure {
@@ -106,6 +111,23 @@ impl Target {
         }
         serde_json::from_str(&text).map_err(|e| format!("target {}: not JSON: {e}", self.base))
     }
+}
+
+/// The answer's body as text, read up to `MAX_ANSWER_BYTES`: past that a retryable `BAD_RESPONSE`.
+async fn answer_text(mut response: reqwest::Response) -> Result<String, Failure> {
+    let status = Some(response.status().as_u16());
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(transport_failure)? {
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(Failure {
+                status,
+                code: "BAD_RESPONSE".into(),
+                message: format!("the target's answer is longer than {MAX_ANSWER_BYTES} bytes"),
+            });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
 fn transport_failure(e: reqwest::Error) -> Failure {
