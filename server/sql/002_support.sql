@@ -174,11 +174,8 @@ begin
 end
 $$;
 
--- Would the caller's SELECT policy render this row image (`visible_images`, for one)?
-create or replace function kizuna.image_visible(rel regclass, image jsonb) returns boolean
-language sql stable as $$
-  select exists (select 1 from kizuna.visible_images(rel, array[image]))
-$$;
+-- Every caller judges tombstones through visible_images now; the one-image form is gone.
+drop function if exists kizuna.image_visible(regclass, jsonb);
 
 -- The values of a row image that still read as their column's type today.
 create or replace function kizuna.image_as_today(rel regclass, image jsonb) returns jsonb
