@@ -120,6 +120,7 @@ impl KizunaClient {
             seed: Cell::new(seed),
             checkpoint: RefCell::new(checkpoint),
             version: Cell::new(stamp.version),
+            leader_named: RefCell::new(stamp.leader.clone()),
             tabs: Tabs::new(&name, tab, js_sys::Math::random()),
             scheduler: Rc::new(Scheduler::default()),
             watches: Watches::default(),

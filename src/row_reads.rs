@@ -19,7 +19,7 @@ use crate::error::ClientError;
 use crate::store::{failed, from_js, present, request_rows, row_key, RowRequest};
 
 /// The fewest keys of one table a step writes for them to be asked for as a range first.
-const RANGE_READ_MIN: usize = 32;
+pub(crate) const RANGE_READ_MIN: usize = 32;
 
 type KeysRequest = indexed_db_futures::future::GetAllPrimitiveRequest<JsValue>;
 

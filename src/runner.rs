@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use crate::error::ClientError;
 use crate::events::{self, SharedListeners};
 use crate::pages::Pulled;
+use crate::row_reads::RANGE_READ_MIN;
 use crate::scheduler::Scheduler;
 use crate::store::{Store, SyncStamp, WriteTxn};
 use crate::tabs::{self, Tabs};
@@ -42,6 +43,9 @@ pub struct Inner {
     pub checkpoint: RefCell<Checkpoint>,
     /// The `sync` stamp the engine's state is as of (see `store.rs`).
     pub version: Cell<f64>,
+    /// The leader the `sync` record named when this tab last read or wrote it: what a write taken
+    /// unread puts back with the next version before it has read the record (`write_unread`).
+    pub leader_named: RefCell<Option<String>>,
     /// The other tabs of this database, and whether this one leads.
     pub tabs: Tabs,
     /// The loops' timers and streams (armed only while this tab leads).
@@ -144,6 +148,7 @@ impl Inner {
             }
             return Err(ClientError::new("NOT_LEADER", "another tab runs the sync loops of this database now").with_retryable(true));
         }
+        self.leader_named.replace(txn.stamp.leader.clone());
         if txn.stamp.version != self.version.get() {
             if let Some(state) = txn.load_state().await? {
                 self.engine.borrow_mut().adopt(state);
@@ -199,6 +204,7 @@ impl Inner {
         txn.put_stamp(&stamp)?;
         txn.commit().await?;
         self.version.set(stamp.version);
+        self.leader_named.replace(stamp.leader);
         self.engine.borrow_mut().take_over();
         self.tell_unheard(stamp.version, unheard);
         Ok(())
@@ -272,7 +278,19 @@ impl Inner {
     /// The events that say what became of writes are kept with the commit until they are told
     /// (`WriteTxn::put_unheard`).
     async fn finish(&self, txn: WriteTxn<'_>, tx: &Transaction) -> Result<(), ClientError> {
-        let stamp = SyncStamp { version: txn.stamp.version + 1.0, leader: txn.stamp.leader.clone() };
+        let queued = txn.apply(&tx.ops).and_then(|()| if tx.ops.is_empty() { Ok(()) } else { txn.put_stamp(&txn.stamp.next()) });
+        if let Err(e) = queued {
+            txn.abort();
+            self.recover(&e).await;
+            return Err(e);
+        }
+        self.seal(txn, tx).await
+    }
+
+    /// `finish` once the step's own operations and, for a step that changed anything, the next
+    /// stamp are queued: the kept events, the commit, then the events here and in the other tabs.
+    async fn seal(&self, txn: WriteTxn<'_>, tx: &Transaction) -> Result<(), ClientError> {
+        let stamp = txn.stamp.next();
         let changes = !tx.ops.is_empty();
         let lasting = events::lasting(&tx.events);
         let kept = (!lasting.is_empty()).then(|| {
@@ -280,10 +298,7 @@ impl Inner {
             self.unheard_kept.set(n);
             format!("{:016}:{}:{n:08}", stamp.version as u64, self.tabs.tab)
         });
-        let written = match txn
-            .apply(&tx.ops)
-            .and_then(|()| if changes { txn.put_stamp(&stamp) } else { Ok(()) })
-            .and_then(|()| kept.as_ref().map_or(Ok(()), |key| txn.put_unheard(key, lasting))) {
+        let written = match kept.as_ref().map_or(Ok(()), |key| txn.put_unheard(key, lasting)) {
             Ok(()) => txn.commit().await,
             Err(e) => {
                 txn.abort();
@@ -295,6 +310,9 @@ impl Inner {
             return Err(e);
         }
         self.settled_at(if changes { stamp.version } else { self.version.get() });
+        if changes {
+            self.leader_named.replace(stamp.leader);
+        }
         self.deliver(&tx.events);
         if !tx.is_empty() {
             let health = self.tabs.leading().then(|| self.health_json());
@@ -374,7 +392,66 @@ impl Inner {
     pub async fn write(&self, writes: Vec<LocalWrite>) -> Result<(), ClientError> {
         let keys: Vec<RowKey> = writes.iter().map(|w| RowKey::new(w.table.clone(), w.pk.clone())).collect();
         let t = now();
+        // Taken unread only on an engine no open step may yet roll back, and for a few keys:
+        // a larger step reads its keys as a range first (`row_reads`), whose second reads would
+        // come after its own puts.
+        if keys.len() < RANGE_READ_MIN && !self.store.busy() && self.write_unread(t, &keys, writes.clone()).await? {
+            return Ok(());
+        }
         self.step(false, &keys, |engine, current| Ok((engine.write(t, writes, current)?, ()))).await
+    }
+
+    /// A write step that does not wait for its reads: one round trip of IndexedDB is a third of a
+    /// small write's time (1.0 against 0.7 ms in raw IndexedDB, the client's requests read first
+    /// or queued behind the reads). The step is taken on the engine as it stands, as though no key
+    /// had a stored record beyond the rows the engine holds, and its puts are queued behind the
+    /// reads of the stamp, the declared indexes and the keys' records, in one transaction. Their
+    /// answers then settle it before it commits: a key found stored has its record made over what
+    /// is stored and put again (`Engine::settle_unread`), a new declaration of indexes puts the
+    /// records again with its tokens, and a stamp another tab moved rolls the transaction back,
+    /// to be stepped again over what that tab wrote (`false`; the engine is reloaded then).
+    async fn write_unread(&self, t: i64, keys: &[RowKey], writes: Vec<LocalWrite>) -> Result<bool, ClientError> {
+        let mut txn = self.store.begin_unread()?;
+        let reads = txn.issue_reads(keys)?;
+        let stepped = self.engine.borrow_mut().write(t, writes, &BTreeMap::new());
+        let tx = match stepped {
+            Ok(tx) => tx,
+            Err(e) => {
+                txn.abort();
+                return Err(e.into());
+            }
+        };
+        // The stamp this step commits, put before the record is read: the same version names the
+        // same leader, as only a step that advances the version writes it.
+        let known = SyncStamp { version: self.version.get(), leader: self.leader_named.borrow().clone() };
+        let answered = match txn.apply(&tx.ops).and_then(|()| txn.put_stamp(&known.next())) {
+            Ok(()) => reads.answered(&self.store).await,
+            Err(e) => Err(e),
+        };
+        let answered = match answered {
+            Ok(answered) => answered,
+            Err(e) => {
+                txn.abort();
+                self.recover(&e).await;
+                return Err(e);
+            }
+        };
+        if answered.stamp.version != known.version {
+            // The engine stepped over a state another tab has moved on from; the step taken again
+            // finds the stamp moved and reloads it.
+            txn.abort();
+            return Ok(false);
+        }
+        let again = self.engine.borrow_mut().settle_unread(&tx, &answered.found, answered.indexes_changed);
+        let restamp = answered.stamp.leader != known.leader;
+        txn.stamp = answered.stamp;
+        if let Err(e) = txn.apply(&again).and_then(|()| if restamp { txn.put_stamp(&txn.stamp.next()) } else { Ok(()) }) {
+            txn.abort();
+            self.recover(&e).await;
+            return Err(e);
+        }
+        self.seal(txn, &tx).await?;
+        Ok(true)
     }
 
     pub async fn requeue_dead(&self, seq: i64) -> Result<(), ClientError> {

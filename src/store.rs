@@ -93,6 +93,13 @@ pub struct SyncStamp {
     pub leader: Option<String>,
 }
 
+impl SyncStamp {
+    /// The stamp a step that changed something commits after this one.
+    pub fn next(&self) -> SyncStamp {
+        SyncStamp { version: self.version + 1.0, leader: self.leader.clone() }
+    }
+}
+
 /// The default of `stagingMemoryBytes`: 32 MiB of a run's staged pages kept in memory.
 pub const STAGING_MEMORY_BYTES: usize = 32 << 20;
 
@@ -449,6 +456,21 @@ impl Store {
         Ok((WriteTxn { store: self, tx, stamp, staging: Default::default(), _open: open }, rows))
     }
 
+    /// Whether a step's transaction is open: its step may yet fail and be rolled back, so a step
+    /// taken on the engine as it stands (`WriteTxn::issue_reads`) would build on it.
+    pub fn busy(&self) -> bool {
+        self.open_steps.get() > 0
+    }
+
+    /// Begins a read-write transaction over every store without reading anything: its reads are
+    /// issued with `WriteTxn::issue_reads` and answered after the step's puts are queued. Its
+    /// `stamp` is the default until those answers set it.
+    pub fn begin_unread(&self) -> Result<WriteTxn<'_>, ClientError> {
+        let open = OpenStep::new(self);
+        let tx = self.transaction(TransactionMode::Readwrite)?;
+        Ok(WriteTxn { store: self, tx, stamp: SyncStamp::default(), staging: Default::default(), _open: open })
+    }
+
     /// The stored records of `keys` that exist, read in one transaction.
     pub async fn rows(&self, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
         let tx = self.transaction(TransactionMode::Readonly)?;
@@ -474,6 +496,39 @@ pub struct WriteTxn<'a> {
     staging: std::cell::RefCell<Vec<StagingChange>>,
     /// Counts it open until it has committed or been dropped (after `tx`, which it outlives).
     _open: OpenStep<'a>,
+}
+
+/// The reads `WriteTxn::issue_reads` issued, not yet answered.
+pub struct UnreadAnswers {
+    stamp: RowRequest,
+    declared: RowRequest,
+    rows: Vec<(RowKey, RowRequest)>,
+}
+
+/// What `UnreadAnswers::answered` found.
+pub struct Answered {
+    pub stamp: SyncStamp,
+    /// The database's declared indexes differ from those this tab wrote the step's rows' tokens for.
+    pub indexes_changed: bool,
+    /// The records of the keys that exist.
+    pub found: BTreeMap<RowKey, RowRecord>,
+}
+
+impl UnreadAnswers {
+    /// The answers; the declaration read becomes the store's (as in `Store::begin_reading`).
+    pub async fn answered(self, store: &Store) -> Result<Answered, ClientError> {
+        let stamp = present(self.stamp.await.map_err(failed)?).map(from_js).transpose()?.unwrap_or_default();
+        let before = store.indexes.borrow().clone();
+        store.follow_declaration(present(self.declared.await.map_err(failed)?))?;
+        let indexes_changed = *store.indexes.borrow() != before;
+        let mut found = BTreeMap::new();
+        for (key, request) in self.rows {
+            if let Some(value) = present(request.await.map_err(failed)?) {
+                found.insert(key, from_js(value)?);
+            }
+        }
+        Ok(Answered { stamp, indexes_changed, found })
+    }
 }
 
 /// A step's transaction, counted open in `Store::open_steps` from before it is created until it
@@ -515,6 +570,17 @@ impl WriteTxn<'_> {
     /// The stored records of `keys` that exist.
     pub async fn rows(&self, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
         RowReads::issue(store(&self.tx, ROWS)?, keys)?.found().await
+    }
+
+    /// Issues what `Store::begin_reading` reads (the `sync` stamp, the declared indexes, the
+    /// records of `keys`, each one `get`) without awaiting them: requests run in order, so these
+    /// read the store as it was before the puts queued after them.
+    pub fn issue_reads(&self, keys: &[RowKey]) -> Result<UnreadAnswers, ClientError> {
+        let meta = store(&self.tx, META)?;
+        let stamp = meta.get::<JsValue, _, _>(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?;
+        let declared = meta.get::<JsValue, _, _>(JsValue::from_str(INDEXES_KEY)).primitive().map_err(failed)?;
+        let rows = request_rows(&store(&self.tx, ROWS)?, keys)?;
+        Ok(UnreadAnswers { stamp, declared, rows: keys.iter().cloned().zip(rows).collect() })
     }
 
     /// Keeps `events` with the step that commits them, under `unheard:<suffix>`: a page that goes

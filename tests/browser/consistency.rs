@@ -164,3 +164,29 @@ async fn quick_syncs_do_not_spend_a_refused_writes_budget() {
     assert_eq!(pending.as_array().map(Vec::len), Some(1), "{pending}");
     client.close();
 }
+
+/// Two tabs of one database write one after the other, the second before it has heard of the
+/// first's commit. A small write is taken before its reads are answered; the second tab's finds
+/// the stamp moved, is rolled back and taken again over what the first tab wrote: both writes
+/// stay pending under their own numbers, and the row holds both (the second tab's step, taken on
+/// its own stale outbox, would have reused the first's number and overwritten its entry).
+#[wasm_bindgen_test]
+async fn a_write_in_a_tab_that_has_not_heard_of_anothers_commit_keeps_both() {
+    let user = random_id();
+    let name = random_id();
+    let first = open(&options(&name, &user)).await;
+    let second = open(&options(&name, &user)).await;
+    let key = random_id();
+    ok(first.put("todos".into(), key.clone().into(), to_js(&json!({"id": key, "title": "first"})), None)).await;
+    ok(second.patch("todos".into(), key.clone().into(), to_js(&json!({"done": true})), None)).await;
+    ok(first.patch("todos".into(), key.clone().into(), to_js(&json!({"title": "first again"})), None)).await;
+    let reopened = open(&options(&name, &user)).await;
+    let pending = from_js(reopened.pending_writes());
+    let seqs: Vec<&Value> = pending.as_array().unwrap().iter().map(|w| &w["seq"]).collect();
+    assert_eq!(seqs, [&json!(1), &json!(2), &json!(3)], "{pending}");
+    let row = ok(reopened.get("todos".into(), key.clone().into())).await;
+    assert_eq!(row, json!({"id": key, "title": "first again", "done": true}));
+    for client in [first, second, reopened] {
+        client.close();
+    }
+}

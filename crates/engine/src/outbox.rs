@@ -80,6 +80,35 @@ impl Engine {
         Ok(tx)
     }
 
+    /// Settles a `write` taken before its keys' stored records were read (with an empty
+    /// `current`), now that they are (`found`): each key found stored gets the record `write`
+    /// would have made with it in `current`, the step's entries for that key replayed over it.
+    /// Returns the records to put again over the step's own: those that differ from what it put,
+    /// or with `all` every record it put (the tokens of a new index declaration).
+    pub fn settle_unread(&mut self, step: &Transaction, found: &BTreeMap<RowKey, RowRecord>, all: bool) -> Vec<StoreOp> {
+        let mut again = Vec::new();
+        let Some(Event::Change { keys, .. }) = step.events.first() else { return again };
+        for key in keys {
+            let Some(guessed) = self.rows.get(key) else { continue };
+            let record = match found.get(key) {
+                Some(stored) => step.ops.iter().fold(stored.clone(), |mut record, op| {
+                    if let StoreOp::PutOutbox(entry) = op {
+                        if entry.table == key.table && entry.pk == key.pk {
+                            record.visible = apply_op(record.visible.take(), entry.op, entry.columns.as_ref());
+                        }
+                    }
+                    record
+                }),
+                None => guessed.clone(),
+            };
+            if all || record != *guessed {
+                self.rows.insert(key.clone(), record.clone());
+                again.push(row_op(record));
+            }
+        }
+        again
+    }
+
     /// Latest-only coalescing: when the newest pending entry for the new entry's key is an
     /// unsent, latest-only lone write, the new entry absorbs it (keeping everything it
     /// assigned) and it leaves the outbox. Returns the replaced `seq`.

@@ -201,3 +201,66 @@ fn read_seq_is_the_committed_horizon() {
     h.write("todos", "z", Op::Upsert, Some(json!({"a": 1})));
     assert_eq!(h.store.outbox.values().next().unwrap().read_seq, 2);
 }
+
+/// The browser takes a small write before its keys' stored records are read and settles it once
+/// they are (`Engine::settle_unread`): what it stores then is what a write that read first stores,
+/// for a stored key with other columns and a pending write, a key never stored, a delete, and a
+/// batch writing one key twice; whether the engine holds the key's row (its own earlier write) or
+/// not (after a reload). A row the engine held as stored is not put twice.
+#[test]
+fn a_write_settled_after_its_reads_stores_what_a_write_that_read_first_stores() {
+    let cases: Vec<Vec<LocalWrite>> = vec![
+        vec![lw("todos", "stored", Op::Patch, Some(json!({"done": true})))],
+        vec![lw("todos", "stored", Op::Upsert, Some(json!({"title": "b"})))],
+        vec![lw("todos", "stored", Op::Delete, None)],
+        vec![lw("todos", "new", Op::Upsert, Some(json!({"title": "n"})))],
+        vec![
+            lw("todos", "stored", Op::Patch, Some(json!({"a": 1}))),
+            lw("todos", "new", Op::Delete, None),
+            lw("todos", "stored", Op::Patch, Some(json!({"b": 2}))),
+        ],
+    ];
+    for reload in [true, false] {
+        for writes in &cases {
+            let [mut read_first, mut unread] = [0, 1].map(|_| {
+                let mut h = Harness::new(Config::default());
+                h.server.remote_write("todos", "stored", Op::Upsert, Some(row(json!({"title": "a", "done": false}))));
+                assert!(h.pull_step());
+                h.write("todos", "stored", Op::Patch, Some(json!({"note": "pending"})));
+                if reload {
+                    // As the browser loads: no rows; the steps read those they need.
+                    h.engine = kizuna_engine::Engine::new(h.config.clone(), h.store.load_cold(), h.seed);
+                }
+                h
+            });
+            let current = read_first.store.current(writes);
+            let tx = read_first.engine.write(read_first.now, writes.clone(), &current).unwrap();
+            read_first.store.apply(tx);
+
+            let tx = unread.engine.write(unread.now, writes.clone(), &Default::default()).unwrap();
+            let again = unread.engine.settle_unread(&tx, &current, false);
+            if !reload {
+                assert!(again.is_empty(), "the held rows were the stored ones: {again:?}");
+            }
+            unread.store.apply(tx);
+            for op in again {
+                unread.store.apply_op(op);
+            }
+            assert_eq!(unread.store.rows, read_first.store.rows, "{writes:?}, reload {reload}");
+            assert_eq!(unread.store.outbox, read_first.store.outbox);
+            // And the engine holds what was stored: a later write over it agrees too.
+            let next = vec![lw("todos", "stored", Op::Patch, Some(json!({"c": 3})))];
+            for h in [&mut read_first, &mut unread] {
+                let tx = h.engine.write(h.now, next.clone(), &Default::default()).unwrap();
+                h.store.apply(tx);
+            }
+            assert_eq!(unread.store.rows, read_first.store.rows);
+        }
+    }
+    // A new declaration of indexes: every record the step wrote is put again.
+    let mut h = Harness::new(Config::default());
+    let writes = vec![lw("todos", "x", Op::Upsert, Some(json!({"t": 1}))), lw("todos", "y", Op::Delete, None)];
+    let tx = h.engine.write(h.now, writes, &Default::default()).unwrap();
+    let again = h.engine.settle_unread(&tx, &Default::default(), true);
+    assert!(matches!(again.as_slice(), [StoreOp::PutRow(x), StoreOp::DeleteRow(y)] if x.pk == "x" && y.pk == "y"), "{again:?}");
+}
