@@ -121,6 +121,8 @@ impl KizunaClient {
             checkpoint: RefCell::new(checkpoint),
             version: Cell::new(stamp.version),
             leader_named: RefCell::new(stamp.leader.clone()),
+            reloads: Cell::new(0),
+            unsettled_writes: Cell::new(0),
             tabs: Tabs::new(&name, tab, js_sys::Math::random()),
             scheduler: Rc::new(Scheduler::default()),
             watches: Watches::default(),

@@ -46,6 +46,12 @@ pub struct Inner {
     /// The leader the `sync` record named when this tab last read or wrote it: what a write taken
     /// unread puts back with the next version before it has read the record (`write_unread`).
     pub leader_named: RefCell<Option<String>>,
+    /// Advances whenever the engine's state is replaced by what the store holds (`reloaded`): a
+    /// write taken unread is settled only on the engine it was taken on.
+    pub reloads: Cell<u64>,
+    /// Writes whose step the engine has taken and the store has neither committed nor refused:
+    /// their entries are not sent before they are durable (`poll_unwritten`).
+    pub unsettled_writes: Cell<u32>,
     /// The other tabs of this database, and whether this one leads.
     pub tabs: Tabs,
     /// The loops' timers and streams (armed only while this tab leads).
@@ -111,6 +117,7 @@ impl Inner {
             let seed = self.seed.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
             self.seed.set(seed);
             *self.engine.borrow_mut() = Engine::new(self.config.clone(), state, seed);
+            self.reloaded();
             self.settled_at(stamp.version);
         }
         let message = format!("{}: {}", error.code, error.message);
@@ -152,10 +159,16 @@ impl Inner {
         if txn.stamp.version != self.version.get() {
             if let Some(state) = txn.load_state().await? {
                 self.engine.borrow_mut().adopt(state);
+                self.reloaded();
             }
             self.settled_at(txn.stamp.version);
         }
         Ok((txn, rows))
+    }
+
+    /// The engine's state was replaced by what the store holds.
+    fn reloaded(&self) {
+        self.reloads.set(self.reloads.get() + 1);
     }
 
     /// The engine's state is now as of stamp `version`: what the getters report follows it.
@@ -174,6 +187,7 @@ impl Inner {
             // A step of this tab may have committed a later stamp while the load ran.
             if stamp.version > self.version.get() {
                 self.engine.borrow_mut().adopt(state);
+                self.reloaded();
                 self.settled_at(stamp.version);
             }
         }
@@ -254,6 +268,7 @@ impl Inner {
         *self.closed_views.borrow_mut() = Some(views);
         let client_id = self.engine.borrow().meta().client_id;
         *self.engine.borrow_mut() = Engine::new(self.config.clone(), Engine::fresh_state(client_id), self.seed.get());
+        self.reloaded();
     }
 
     /// Sync health: the leader's own, or what a follower last heard from it.
@@ -392,6 +407,7 @@ impl Inner {
     pub async fn write(&self, writes: Vec<LocalWrite>) -> Result<(), ClientError> {
         let keys: Vec<RowKey> = writes.iter().map(|w| RowKey::new(w.table.clone(), w.pk.clone())).collect();
         let t = now();
+        let _unsettled = Unsettled::count(&self.unsettled_writes);
         // Taken unread only on an engine no open step may yet roll back, and for a few keys:
         // a larger step reads its keys as a range first (`row_reads`), whose second reads would
         // come after its own puts.
@@ -413,6 +429,7 @@ impl Inner {
     async fn write_unread(&self, t: i64, keys: &[RowKey], writes: Vec<LocalWrite>) -> Result<bool, ClientError> {
         let mut txn = self.store.begin_unread()?;
         let reads = txn.issue_reads(keys)?;
+        let reloads = self.reloads.get();
         let stepped = self.engine.borrow_mut().write(t, writes, &BTreeMap::new());
         let tx = match stepped {
             Ok(tx) => tx,
@@ -436,9 +453,10 @@ impl Inner {
                 return Err(e);
             }
         };
-        if answered.stamp.version != known.version {
-            // The engine stepped over a state another tab has moved on from; the step taken again
-            // finds the stamp moved and reloads it.
+        if answered.stamp.version != known.version || self.reloads.get() != reloads {
+            // The engine stepped over a state another tab has moved on from (the step taken again
+            // finds the stamp moved and reloads it), or it was reloaded under the step (a failed
+            // step's `recover` between the step and its answers): what it wrote is no longer there.
             txn.abort();
             return Ok(false);
         }
@@ -496,7 +514,7 @@ impl Inner {
     /// refused (`begin`). Without it the push of a lone write, on the path of every wake-up of
     /// another device, waited for a store transaction that wrote nothing.
     fn poll_unwritten(&self, t: i64) -> Option<PushRequest> {
-        if !self.tabs.leading() {
+        if !self.tabs.leading() || self.unsettled_writes.get() > 0 {
             return None;
         }
         self.engine.borrow_mut().poll_push_unwritten(t)
@@ -702,5 +720,22 @@ impl Inner {
             let _ = self.pull_run().await;
         }
         true
+    }
+}
+
+/// Counts a write as unsettled (`Inner::unsettled_writes`) for as long as it lives, however the
+/// write ends.
+struct Unsettled<'a>(&'a Cell<u32>);
+
+impl<'a> Unsettled<'a> {
+    fn count(writes: &'a Cell<u32>) -> Unsettled<'a> {
+        writes.set(writes.get() + 1);
+        Unsettled(writes)
+    }
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get().saturating_sub(1));
     }
 }

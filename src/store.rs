@@ -502,6 +502,9 @@ pub struct WriteTxn<'a> {
 pub struct UnreadAnswers {
     stamp: RowRequest,
     declared: RowRequest,
+    /// The declared indexes as this tab knew them when the reads were issued: the tokens of the
+    /// step's rows, queued right after, are made for these.
+    indexes: Indexes,
     rows: Vec<(RowKey, RowRequest)>,
 }
 
@@ -518,9 +521,8 @@ impl UnreadAnswers {
     /// The answers; the declaration read becomes the store's (as in `Store::begin_reading`).
     pub async fn answered(self, store: &Store) -> Result<Answered, ClientError> {
         let stamp = present(self.stamp.await.map_err(failed)?).map(from_js).transpose()?.unwrap_or_default();
-        let before = store.indexes.borrow().clone();
         store.follow_declaration(present(self.declared.await.map_err(failed)?))?;
-        let indexes_changed = *store.indexes.borrow() != before;
+        let indexes_changed = *store.indexes.borrow() != self.indexes;
         let mut found = BTreeMap::new();
         for (key, request) in self.rows {
             if let Some(value) = present(request.await.map_err(failed)?) {
@@ -574,13 +576,15 @@ impl WriteTxn<'_> {
 
     /// Issues what `Store::begin_reading` reads (the `sync` stamp, the declared indexes, the
     /// records of `keys`, each one `get`) without awaiting them: requests run in order, so these
-    /// read the store as it was before the puts queued after them.
+    /// read the store as it was before the puts queued after them, which must be queued before
+    /// anything is awaited (they carry the tokens of the indexes known now).
     pub fn issue_reads(&self, keys: &[RowKey]) -> Result<UnreadAnswers, ClientError> {
         let meta = store(&self.tx, META)?;
         let stamp = meta.get::<JsValue, _, _>(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?;
         let declared = meta.get::<JsValue, _, _>(JsValue::from_str(INDEXES_KEY)).primitive().map_err(failed)?;
         let rows = request_rows(&store(&self.tx, ROWS)?, keys)?;
-        Ok(UnreadAnswers { stamp, declared, rows: keys.iter().cloned().zip(rows).collect() })
+        let indexes = self.store.indexes.borrow().clone();
+        Ok(UnreadAnswers { stamp, declared, indexes, rows: keys.iter().cloned().zip(rows).collect() })
     }
 
     /// Keeps `events` with the step that commits them, under `unheard:<suffix>`: a page that goes
