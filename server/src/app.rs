@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::db;
 use crate::jwt::JwtKey;
-use crate::limits::CallerLimits;
+use crate::limits::{CallerLimits, StreamLimits};
 use crate::metrics::{DurableFigures, Metrics};
 use crate::routes::{metrics_router, router, AppState};
 use crate::wake::Wake;
@@ -46,6 +46,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
         wake,
         body_limit: config.body_limit,
         limits: CallerLimits::new(config.caller_concurrency),
+        stream_limits: StreamLimits::new(config.wake_streams_per_caller, config.max_wake_streams),
         statement_timeout: Duration::from_millis(config.statement_timeout_ms),
         body_timeout: (config.body_timeout_ms > 0).then(|| Duration::from_millis(config.body_timeout_ms)),
         metrics_token: config.metrics_token.clone(),

@@ -113,6 +113,16 @@ pub struct Config {
     #[arg(long, env = "KIZUNA_CALLER_CONCURRENCY", default_value_t = 4)]
     pub caller_concurrency: usize,
 
+    /// Wake streams one caller (one token `sub`) may hold open at once (one per device that leads
+    /// its tabs); more get 429 KZG05 and go on pulling on their timers. 0 turns it off.
+    #[arg(long, env = "KIZUNA_WAKE_STREAMS_PER_CALLER", default_value_t = 16)]
+    pub wake_streams_per_caller: usize,
+
+    /// Wake streams the process holds open in all, whoever opened them (callers without a `sub`,
+    /// anon, are bounded by this alone); more get 429 KZG05. 0 turns it off.
+    #[arg(long, env = "KIZUNA_MAX_WAKE_STREAMS", default_value_t = 10_000)]
+    pub max_wake_streams: usize,
+
     /// Token that `GET /metrics` on `--listen` requires (`Authorization: Bearer ...`); a
     /// service_role JWT is accepted too. Without it only service_role tokens may scrape there.
     #[arg(long, env = "KIZUNA_METRICS_TOKEN", hide_env_values = true)]

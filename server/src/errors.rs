@@ -8,6 +8,7 @@
 //! | body not JSON / not `{"request": ...}`        | 400    | KZG02           |
 //! | `request` of the wrong shape (gateway check)  | 400    | KZP01           |
 //! | the caller has `--caller-concurrency` requests open | 429 | KZG05        |
+//! | a wake stream past `--wake-streams-per-caller` or `--max-wake-streams` | 429 | KZG05 |
 //! | the body did not arrive within `--body-timeout-ms` | 408 | KZG06         |
 //! | SQLSTATE KZP01..KZP04 raised by the pack      | 400    | the SQLSTATE    |
 //! | SQLSTATE KZA01 raised by the pack             | 401    | KZA01           |
@@ -110,6 +111,17 @@ impl ApiError {
             format!("this caller already has {limit} requests in flight"),
         )
         .with_hint("wait for an answer before sending the next request")
+    }
+
+    /// A wake stream past `--wake-streams-per-caller` (`of_caller`) or `--max-wake-streams`.
+    pub fn too_many_wake_streams(limit: usize, of_caller: bool) -> ApiError {
+        let whose = if of_caller { "this caller already has" } else { "this server already holds" };
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            gateway_codes::TOO_MANY_REQUESTS,
+            format!("{whose} {limit} wake streams open"),
+        )
+        .with_hint("pull on a timer meanwhile, and open a wake stream again once another has ended")
     }
 
     pub fn body_timeout(limit: std::time::Duration) -> ApiError {

@@ -1,5 +1,6 @@
 //! Per-caller admission: at most `--caller-concurrency` requests of one caller in flight, so that no
-//! caller can hold the connection pool (and so every other caller's requests) by itself.
+//! caller can hold the connection pool (and so every other caller's requests) by itself; and at
+//! most `--wake-streams-per-caller` wake streams of one caller, `--max-wake-streams` in all.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -56,6 +57,76 @@ impl Drop for Admitted {
     }
 }
 
+/// Open wake streams: at most `per_caller` of one `sub` and at most `total` in all. A stream holds
+/// a socket and a task for as long as its token lives (an hour, as Supabase issues them), so a
+/// caller that opens stream after stream would hold the process's sockets and memory. Callers
+/// without a `sub` (anon) cannot be told apart, so only `total` bounds theirs: a per-role share
+/// would shut every anonymous visitor's wake-ups out behind the first few.
+#[derive(Clone)]
+pub struct StreamLimits {
+    per_caller: usize,
+    total: usize,
+    open: Arc<Mutex<OpenStreams>>,
+}
+
+#[derive(Default)]
+struct OpenStreams {
+    total: usize,
+    by_sub: HashMap<String, usize>,
+}
+
+/// One open stream; dropping it (however the stream ends) gives its place back.
+pub struct StreamAdmitted {
+    sub: Option<String>,
+    open: Arc<Mutex<OpenStreams>>,
+}
+
+/// Why a stream was refused.
+pub enum StreamRefusal {
+    /// This caller has `per_caller` streams open.
+    Caller(usize),
+    /// The process has `total` streams open.
+    Total(usize),
+}
+
+impl StreamLimits {
+    /// `0` for either limit leaves it off.
+    pub fn new(per_caller: usize, total: usize) -> StreamLimits {
+        StreamLimits { per_caller, total, open: Arc::default() }
+    }
+
+    pub fn admit(&self, claims: &Claims) -> Result<StreamAdmitted, StreamRefusal> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if self.total > 0 && open.total >= self.total {
+            return Err(StreamRefusal::Total(self.total));
+        }
+        if let Some(sub) = &claims.sub {
+            let mine = open.by_sub.entry(sub.clone()).or_default();
+            if self.per_caller > 0 && *mine >= self.per_caller {
+                return Err(StreamRefusal::Caller(self.per_caller));
+            }
+            *mine += 1;
+        }
+        open.total += 1;
+        Ok(StreamAdmitted { sub: claims.sub.clone(), open: self.open.clone() })
+    }
+}
+
+impl Drop for StreamAdmitted {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.total = open.total.saturating_sub(1);
+        if let Some(sub) = &self.sub {
+            if let Some(count) = open.by_sub.get_mut(sub) {
+                *count -= 1;
+                if *count == 0 {
+                    open.by_sub.remove(sub);
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,5 +145,18 @@ mod tests {
         assert!(limits.admit(&claims(Some("b"))).is_some(), "another caller is not affected");
         drop(a1);
         assert!(limits.admit(&claims(Some("a"))).is_some());
+    }
+
+    #[test]
+    fn wake_streams_are_bounded_per_caller_and_in_all_and_anon_only_in_all() {
+        let limits = StreamLimits::new(2, 4);
+        let a1 = limits.admit(&claims(Some("a"))).ok().unwrap();
+        let _a2 = limits.admit(&claims(Some("a"))).ok().unwrap();
+        assert!(matches!(limits.admit(&claims(Some("a"))), Err(StreamRefusal::Caller(2))));
+        let _anon = limits.admit(&claims(None)).ok().unwrap();
+        let _anon2 = limits.admit(&claims(None)).ok().unwrap();
+        assert!(matches!(limits.admit(&claims(Some("b"))), Err(StreamRefusal::Total(4))));
+        drop(a1);
+        assert!(limits.admit(&claims(Some("a"))).is_ok(), "a place comes back when its stream ends");
     }
 }

@@ -23,7 +23,7 @@ use crate::config::Config;
 use crate::db::{self, Rpc};
 use crate::errors::ApiError;
 use crate::jwt::{Claims, JwtKey, Role};
-use crate::limits::CallerLimits;
+use crate::limits::{CallerLimits, StreamAdmitted, StreamLimits, StreamRefusal};
 use crate::metrics::{DurableFigures, Metrics};
 use crate::wake::Wake;
 
@@ -48,6 +48,7 @@ pub struct AppState {
     pub wake: Wake,
     pub body_limit: usize,
     pub limits: CallerLimits,
+    pub stream_limits: StreamLimits,
     pub statement_timeout: Duration,
     /// How long a request's body may take to arrive (`--body-timeout-ms`); `None`: no limit.
     pub body_timeout: Option<Duration>,
@@ -304,6 +305,17 @@ async fn wake(State(app): State<AppState>, headers: HeaderMap, uri: axum::http::
             return error.into_response();
         }
     };
+    let admitted = match app.stream_limits.admit(&claims) {
+        Ok(admitted) => admitted,
+        Err(refusal) => {
+            let error = match refusal {
+                StreamRefusal::Caller(limit) => ApiError::too_many_wake_streams(limit, true),
+                StreamRefusal::Total(limit) => ApiError::too_many_wake_streams(limit, false),
+            };
+            app.metrics.record_error(error.code());
+            return error.into_response();
+        }
+    };
     // The stream ends when its token expires, as every other request with that token is refused
     // then: it went on for as long as the connection lived.
     let left = Duration::from_secs_f64((claims.expires_at - crate::jwt::unix_now() as f64).max(0.0));
@@ -315,6 +327,7 @@ async fn wake(State(app): State<AppState>, headers: HeaderMap, uri: axum::http::
         app.shutdown.clone(),
         expiry,
         app.metrics.clone(),
+        admitted,
     ))
     .keep_alive(
         KeepAlive::new()
@@ -329,16 +342,18 @@ fn wake_events(
     shutdown: watch::Receiver<bool>,
     expiry: std::pin::Pin<Box<tokio::time::Sleep>>,
     metrics: Arc<Metrics>,
+    admitted: StreamAdmitted,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
-    /// Counts the stream as open for as long as it lives, however it ends.
-    struct Open(Arc<Metrics>);
+    /// Counts the stream as open, and holds its place among its caller's, for as long as it
+    /// lives, however it ends.
+    struct Open(Arc<Metrics>, #[allow(dead_code)] StreamAdmitted);
     impl Drop for Open {
         fn drop(&mut self) {
             self.0.wake_client_gone();
         }
     }
     metrics.wake_client_connected();
-    let open = Open(metrics);
+    let open = Open(metrics, admitted);
     stream::unfold(
         (receiver, shutdown, expiry, open),
         |(mut receiver, mut shutdown, mut expiry, open)| async move {

@@ -549,3 +549,43 @@ async fn a_wake_stream_ends_when_its_token_expires() {
     .await;
     assert!(ended.is_ok(), "the stream ended once its token expired");
 }
+
+/// Wake streams are bounded: a caller may hold `--wake-streams-per-caller` open, the process
+/// `--max-wake-streams` in all (anon callers, who cannot be told apart, only by the latter); one
+/// more is refused 429 KZG05 before anything is held, and a place comes back when a stream ends.
+/// A caller could open stream after stream, each holding a socket and a task for its token's life.
+#[tokio::test]
+async fn wake_streams_are_bounded_per_caller_and_in_all() {
+    let db = TestDb::with_todos().await;
+    let server = TestServer::start(db.url(), &["--wake-streams-per-caller", "2", "--max-wake-streams", "3"]).await;
+    let header = json!({"alg": "HS256", "typ": "JWT"});
+    let sign = |claims: Value| support::server::sign(&header, &claims, support::server::SECRET);
+    let a = server.token(A);
+    let a_short = sign(json!({"sub": A, "role": "authenticated", "exp": support::server::now() + 2}));
+    let anon = sign(json!({"role": "anon", "exp": support::server::now() + 3600}));
+    let open = |token: String| {
+        let request = server.http.get(server.path("/kizuna/v1/wake")).bearer_auth(token);
+        async move { request.send().await.unwrap() }
+    };
+    let first = open(a_short.clone()).await;
+    let _second = open(a.clone()).await;
+    assert_eq!((first.status(), _second.status()), (reqwest::StatusCode::OK, reqwest::StatusCode::OK));
+    let third = open(a.clone()).await;
+    assert_eq!(third.status(), 429);
+    let body: Value = third.json().await.unwrap();
+    assert_eq!(body["code"], "KZG05", "{body}");
+    assert!(body["message"].as_str().unwrap().contains("2 wake streams"), "{body}");
+
+    let _anon = open(anon.clone()).await;
+    assert_eq!(_anon.status(), 200, "anon callers are not one caller");
+    let over = open(server.token(B)).await;
+    assert_eq!(over.status(), 429, "the process holds its most");
+    let body: Value = over.json().await.unwrap();
+    assert!(body["message"].as_str().unwrap().contains("3 wake streams"), "{body}");
+
+    // The short token's stream ends at its expiry, and its place comes back.
+    let mut first = first;
+    tokio::time::timeout(std::time::Duration::from_secs(6), async { while let Ok(Some(_)) = first.chunk().await {} }).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(open(server.token(B)).await.status(), 200);
+}
