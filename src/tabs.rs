@@ -143,6 +143,9 @@ pub struct Tabs {
     outgoing: Rc<RefCell<Vec<Message>>>,
     flush: RefCell<Option<Timeout>>,
     flush_armed: Rc<Cell<bool>>,
+    /// Posts what is queued when the page is hidden to be unloaded (or frozen): a page closed
+    /// within the 0 ms wait never ran the timer, and the other tabs never heard of its last commit.
+    on_pagehide: RefCell<Option<Closure<dyn FnMut()>>>,
     /// This client was closed: what a step still committing announces is posted at once, and
     /// the channel stays open for it until the client is let go (`Drop`).
     left: Cell<bool>,
@@ -171,6 +174,7 @@ impl Tabs {
             outgoing: Rc::new(RefCell::new(Vec::new())),
             flush: RefCell::new(None),
             flush_armed: Rc::new(Cell::new(false)),
+            on_pagehide: RefCell::new(None),
             left: Cell::new(false),
         }
     }
@@ -222,6 +226,9 @@ impl Tabs {
 
 impl Drop for Tabs {
     fn drop(&mut self) {
+        if let (Some(window), Some(on_pagehide)) = (web_sys::window(), self.on_pagehide.take()) {
+            let _ = window.remove_event_listener_with_callback("pagehide", on_pagehide.as_ref().unchecked_ref());
+        }
         self.flush_now();
         if let Some(channel) = &self.channel {
             channel.close();
@@ -261,6 +268,17 @@ pub fn join(inner: &Rc<Inner>) {
         });
         channel.set_onmessage(Some(handler.as_ref().unchecked_ref()));
         *tabs.on_message.borrow_mut() = Some(handler);
+    }
+    // A page's only: a worker is not hidden, and its last timers run while it lives.
+    if let (Some(window), Some(_)) = (web_sys::window(), &tabs.channel) {
+        let weak = Rc::downgrade(inner);
+        let on_pagehide = Closure::<dyn FnMut()>::new(move || {
+            if let Some(inner) = weak.upgrade() {
+                inner.tabs.flush_now();
+            }
+        });
+        let _ = window.add_event_listener_with_callback("pagehide", on_pagehide.as_ref().unchecked_ref());
+        *tabs.on_pagehide.borrow_mut() = Some(on_pagehide);
     }
     queue_for_lock(inner, false);
     let weak = Rc::downgrade(inner);

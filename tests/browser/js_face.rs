@@ -412,6 +412,36 @@ async fn a_condition_without_a_value_is_refused() {
     client.close();
 }
 
+/// A page hidden to be closed right after a write commits still tells the other tabs: the
+/// announcement waits for a 0 ms timer, which a page closed meanwhile never runs, and `pagehide`
+/// posts it at once. Zero-delay timers are held back here, as a closing page's never run.
+#[wasm_bindgen_test]
+async fn a_page_hidden_right_after_a_write_still_tells_the_other_tabs() {
+    let user = random_id();
+    let name = format!("hiding-{}", random_id());
+    let hiding = open_in_js(&name, &user).await;
+    let other = open(&options(&name, &user)).await;
+    let heard = record(&other, "change");
+    let id = random_id();
+    js_await(&hiding, &format!(
+        "const real = globalThis.setTimeout;
+         globalThis.setTimeout = (f, ms, ...rest) => (ms ? real(f, ms, ...rest) : 0);
+         return client.put('todos', '{id}', {{id: '{id}', title: 'last words'}})
+           .then(() => globalThis.dispatchEvent(new Event('pagehide')))
+           .finally(() => {{ globalThis.setTimeout = real; }})"
+    ))
+    .await
+    .expect("the write commits");
+    let mut waited = 0;
+    while !(0..heard.length()).any(|i| from_js(heard.get(i))["keys"].to_string().contains(&id)) {
+        waited += 20;
+        assert!(waited < 3_000, "the other tab heard of the write");
+        sleep(20).await;
+    }
+    js(&hiding, "client.close()");
+    other.close();
+}
+
 /// A write whose step commits while its client closes is still told to the other tabs: the step
 /// announced it after the channel was closed, and the other tab's `change` (its live queries)
 /// never came. Closing from the write's own `change` listener puts the close right between the
