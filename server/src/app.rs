@@ -47,6 +47,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
         body_limit: config.body_limit,
         limits: CallerLimits::new(config.caller_concurrency),
         stream_limits: StreamLimits::new(config.wake_streams_per_caller, config.max_wake_streams),
+        trust_forwarded_for: config.trust_forwarded_for,
         statement_timeout: Duration::from_millis(config.statement_timeout_ms),
         body_timeout: (config.body_timeout_ms > 0).then(|| Duration::from_millis(config.body_timeout_ms)),
         metrics_token: config.metrics_token.clone(),
@@ -69,6 +70,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
     println!("kizuna-server listening on http://{address}");
     let _ = std::io::stdout().flush();
 
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         signal().await;
         eprintln!("kizuna-server: shutting down");

@@ -113,6 +113,13 @@ pub struct Config {
     #[arg(long, env = "KIZUNA_CALLER_CONCURRENCY", default_value_t = 4)]
     pub caller_concurrency: usize,
 
+    /// Take the address a request came from, which tells apart callers without a `sub` (anon) for
+    /// `--caller-concurrency`, from the last `X-Forwarded-For` entry: the address the proxy in
+    /// front saw. Set it only behind one proxy that appends to that header; without it the
+    /// connection's peer address is taken (behind a proxy, the proxy's: one anon caller).
+    #[arg(long, env = "KIZUNA_TRUST_FORWARDED_FOR")]
+    pub trust_forwarded_for: bool,
+
     /// Wake streams one caller (one token `sub`) may hold open at once (one per device that leads
     /// its tabs); more get 429 KZG05 and go on pulling on their timers. 0 turns it off.
     #[arg(long, env = "KIZUNA_WAKE_STREAMS_PER_CALLER", default_value_t = 16)]

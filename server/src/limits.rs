@@ -1,8 +1,10 @@
 //! Per-caller admission: at most `--caller-concurrency` requests of one caller in flight, so that no
-//! caller can hold the connection pool (and so every other caller's requests) by itself; and at
+//! caller can hold the connection pool (and so every other caller's requests) by itself (a caller:
+//! a token's `sub`, or without one its role at one address); and at
 //! most `--wake-streams-per-caller` wake streams of one caller, `--max-wake-streams` in all.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use crate::jwt::Claims;
@@ -29,11 +31,15 @@ impl CallerLimits {
     }
 
     /// A slot for this caller, or `None` when it already has `limit` requests in flight. Callers
-    /// are told apart by `sub`; tokens without one (anon) share their role's slots.
-    pub fn admit(&self, claims: &Claims) -> Option<Admitted> {
-        let key = match &claims.sub {
-            Some(sub) => format!("sub:{sub}"),
-            None => format!("role:{}", claims.role.as_str()),
+    /// are told apart by `sub`; tokens without one (anon: every visitor of a public app holds the
+    /// same one) by their role and `address`, the address the request came from. They shared
+    /// their role's slots: four uploads stalled on bad networks held every anonymous visitor's
+    /// requests back until the body timeout.
+    pub fn admit(&self, claims: &Claims, address: Option<IpAddr>) -> Option<Admitted> {
+        let key = match (&claims.sub, address) {
+            (Some(sub), _) => format!("sub:{sub}"),
+            (None, Some(address)) => format!("role:{}@{address}", claims.role.as_str()),
+            (None, None) => format!("role:{}", claims.role.as_str()),
         };
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
         let count = in_flight.entry(key.clone()).or_default();
@@ -139,12 +145,19 @@ mod tests {
     #[test]
     fn a_caller_gets_its_share_and_no_more_and_slots_come_back() {
         let limits = CallerLimits::new(2);
-        let a1 = limits.admit(&claims(Some("a"))).unwrap();
-        let _a2 = limits.admit(&claims(Some("a"))).unwrap();
-        assert!(limits.admit(&claims(Some("a"))).is_none());
-        assert!(limits.admit(&claims(Some("b"))).is_some(), "another caller is not affected");
+        let here: IpAddr = "192.0.2.1".parse().unwrap();
+        let there: IpAddr = "192.0.2.2".parse().unwrap();
+        let a1 = limits.admit(&claims(Some("a")), Some(here)).unwrap();
+        let _a2 = limits.admit(&claims(Some("a")), Some(there)).unwrap();
+        assert!(limits.admit(&claims(Some("a")), None).is_none(), "a sub is one caller wherever it is");
+        assert!(limits.admit(&claims(Some("b")), Some(here)).is_some(), "another caller is not affected");
         drop(a1);
-        assert!(limits.admit(&claims(Some("a"))).is_some());
+        assert!(limits.admit(&claims(Some("a")), Some(here)).is_some());
+        // Without a sub, an address is a caller.
+        let _n1 = limits.admit(&claims(None), Some(here)).unwrap();
+        let _n2 = limits.admit(&claims(None), Some(here)).unwrap();
+        assert!(limits.admit(&claims(None), Some(here)).is_none());
+        assert!(limits.admit(&claims(None), Some(there)).is_some());
     }
 
     #[test]

@@ -2,16 +2,17 @@
 //! optional dev-token endpoint and static folders, behind one CORS layer.
 
 use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use futures_util::{stream, Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::json;
@@ -49,6 +50,8 @@ pub struct AppState {
     pub body_limit: usize,
     pub limits: CallerLimits,
     pub stream_limits: StreamLimits,
+    /// `--trust-forwarded-for`.
+    pub trust_forwarded_for: bool,
     pub statement_timeout: Duration,
     /// How long a request's body may take to arrive (`--body-timeout-ms`); `None`: no limit.
     pub body_timeout: Option<Duration>,
@@ -132,8 +135,8 @@ fn cors(origins: &str) -> CorsLayer {
         .max_age(Duration::from_secs(3600))
 }
 
-async fn push(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let (claims, result) = rpc(&app, &headers, body, Rpc::Push).await;
+async fn push(State(app): State<AppState>, peer: Peer, headers: HeaderMap, body: Body) -> Response {
+    let (claims, result) = rpc(&app, &headers, &peer, body, Rpc::Push).await;
     // A universe-sync token's pushes are the target's apply path: counted there too.
     if claims.is_some_and(|c| c.universe.is_some()) {
         match &result {
@@ -144,13 +147,13 @@ async fn push(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Re
     answer(&app, result, Metrics::record_push)
 }
 
-async fn pull(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let (_, result) = rpc(&app, &headers, body, Rpc::Pull).await;
+async fn pull(State(app): State<AppState>, peer: Peer, headers: HeaderMap, body: Body) -> Response {
+    let (_, result) = rpc(&app, &headers, &peer, body, Rpc::Pull).await;
     answer(&app, result, Metrics::record_pull)
 }
 
-async fn admin(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let (_, result) = rpc(&app, &headers, body, Rpc::Admin).await;
+async fn admin(State(app): State<AppState>, peer: Peer, headers: HeaderMap, body: Body) -> Response {
+    let (_, result) = rpc(&app, &headers, &peer, body, Rpc::Admin).await;
     answer(&app, result, |_, _| {})
 }
 
@@ -159,13 +162,13 @@ async fn admin(State(app): State<AppState>, headers: HeaderMap, body: Body) -> R
 /// it, and the pack's answer comes back as it wrote it: nothing is re-serialised, so no number is
 /// rounded. The pack checks the request's shape, for callers through PostgREST too. Returns the
 /// verified claims with the answer (none when the token was refused).
-async fn rpc(app: &AppState, headers: &HeaderMap, body: Body, rpc: Rpc) -> (Option<Claims>, Result<String, ApiError>) {
+async fn rpc(app: &AppState, headers: &HeaderMap, peer: &Peer, body: Body, rpc: Rpc) -> (Option<Claims>, Result<String, ApiError>) {
     let claims = match authenticate(&app.key, bearer(headers)) {
         Ok(claims) => claims,
         Err(error) => return (None, Err(drained(body, error).await)),
     };
     let result = async {
-        let Some(admitted) = app.limits.admit(&claims) else {
+        let Some(admitted) = app.limits.admit(&claims, caller_address(app, headers, peer)) else {
             return Err(drained(body, ApiError::too_many_requests(app.limits.limit())).await);
         };
         let reading = read_body(headers, body, app.body_limit);
@@ -210,6 +213,22 @@ fn answer(app: &AppState, result: Result<String, ApiError>, record: impl Fn(&Met
             error.into_response()
         }
     }
+}
+
+/// The connection's peer address (absent where the router is served without it: tests' own).
+type Peer = Option<Extension<ConnectInfo<SocketAddr>>>;
+
+/// The address a request came from: with `--trust-forwarded-for` the last `X-Forwarded-For`
+/// entry (the address the proxy in front saw; the entries before it are the client's own say),
+/// else the connection's peer.
+fn caller_address(app: &AppState, headers: &HeaderMap, peer: &Peer) -> Option<IpAddr> {
+    if app.trust_forwarded_for {
+        let forwarded = headers.get_all("x-forwarded-for").iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).last();
+        if let Some(address) = forwarded.and_then(|a| a.trim().parse().ok()) {
+            return Some(address);
+        }
+    }
+    peer.as_ref().map(|Extension(ConnectInfo(address))| address.ip())
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {

@@ -589,3 +589,49 @@ async fn wake_streams_are_bounded_per_caller_and_in_all() {
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(open(server.token(B)).await.status(), 200);
 }
+
+/// Callers without a `sub` (anon: every visitor of a public app holds the same token) are told
+/// apart by the address they come from: the connection's peer, or with `--trust-forwarded-for`
+/// the last `X-Forwarded-For` entry (the address the proxy in front saw). They shared their role's
+/// share of `--caller-concurrency`: one upload stalled on a bad network held every anonymous
+/// visitor's requests back until the body timeout.
+#[tokio::test]
+async fn anonymous_callers_at_different_addresses_do_not_share_their_share() {
+    use tokio::io::AsyncWriteExt;
+    let db = TestDb::with_todos().await;
+    let anon = support::server::sign(
+        &json!({"alg": "HS256", "typ": "JWT"}),
+        &json!({"role": "anon", "exp": support::server::now() + 3600}),
+        support::server::SECRET,
+    );
+    let pull = json!({"request": support::db::pull_request(CLIENT_A, None, &[], 10)});
+    for trust_forwarded_for in [false, true] {
+        let mut args = vec!["--caller-concurrency", "1", "--body-timeout-ms", "5000"];
+        if trust_forwarded_for {
+            args.push("--trust-forwarded-for");
+        }
+        let server = TestServer::start(db.url(), &args).await;
+        // A visitor's upload stalls from 127.0.0.1 (as 198.51.100.7, through the proxy).
+        let mut stalled = tokio::net::TcpStream::connect(server.url.trim_start_matches("http://")).await.unwrap();
+        let head = format!(
+            "POST /rest/v1/rpc/kizuna_push HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer {anon}\r\n\
+             X-Forwarded-For: 198.51.100.7\r\nContent-Type: application/json\r\nContent-Length: 4000\r\n\r\n{{\"request\": "
+        );
+        stalled.write_all(head.as_bytes()).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let from = |local: &str, forwarded: &str| {
+            let http = reqwest::Client::builder().local_address(local.parse::<std::net::IpAddr>().unwrap()).build().unwrap();
+            let request = http.post(server.path("/rest/v1/rpc/kizuna_pull")).bearer_auth(&anon).header("x-forwarded-for", forwarded).json(&pull);
+            async move { request.send().await.unwrap().status().as_u16() }
+        };
+        if trust_forwarded_for {
+            assert_eq!(from("127.0.0.1", "203.0.113.9").await, 200, "another visitor behind the proxy");
+            assert_eq!(from("127.0.0.1", "198.51.100.7").await, 429, "the same visitor");
+            assert_eq!(from("127.0.0.1", "203.0.113.9, 198.51.100.7").await, 429, "the entry the proxy wrote counts, not the client's own");
+        } else {
+            assert_eq!(from("127.0.0.2", "198.51.100.7").await, 200, "another address");
+            assert_eq!(from("127.0.0.1", "203.0.113.9").await, 429, "the same address; the header is not trusted");
+        }
+        drop(stalled);
+    }
+}
