@@ -108,8 +108,9 @@ pub struct Config {
     #[arg(long, env = "KIZUNA_BODY_TIMEOUT_MS", default_value_t = 30_000)]
     pub body_timeout_ms: u64,
 
-    /// Requests one caller (one token `sub`, or one role without a `sub`) may have in flight at
-    /// once; more get 429 KZG05. Keeps one caller from holding the whole pool.
+    /// Requests one caller (one token `sub`, or without one its role at one address: see
+    /// `--trust-forwarded-for`) may have in flight at once; more get 429 KZG05. Keeps one caller
+    /// from holding the whole pool.
     #[arg(long, env = "KIZUNA_CALLER_CONCURRENCY", default_value_t = 4)]
     pub caller_concurrency: usize,
 
