@@ -45,7 +45,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
         durable: Arc::new(DurableFigures::new(Duration::from_millis(config.metrics_cache_ms))),
         wake,
         body_limit: config.body_limit,
-        limits: CallerLimits::new(config.caller_concurrency),
+        limits: CallerLimits::new(config.caller_concurrency, config.pool_size),
         stream_limits: StreamLimits::new(config.wake_streams_per_caller, config.max_wake_streams),
         trust_forwarded_for: config.trust_forwarded_for,
         statement_timeout: Duration::from_millis(config.statement_timeout_ms),

@@ -110,7 +110,8 @@ pub struct Config {
 
     /// Requests one caller (one token `sub`, or without one its role at one address: see
     /// `--trust-forwarded-for`) may have in flight at once; more get 429 KZG05. Keeps one caller
-    /// from holding the whole pool.
+    /// from holding the whole pool. Callers without a `sub` hold at most half of `--pool-size`
+    /// together.
     #[arg(long, env = "KIZUNA_CALLER_CONCURRENCY", default_value_t = 4)]
     pub caller_concurrency: usize,
 
@@ -121,13 +122,14 @@ pub struct Config {
     #[arg(long, env = "KIZUNA_TRUST_FORWARDED_FOR")]
     pub trust_forwarded_for: bool,
 
-    /// Wake streams one caller (one token `sub`) may hold open at once (one per device that leads
-    /// its tabs); more get 429 KZG05 and go on pulling on their timers. 0 turns it off.
+    /// Wake streams one caller (one token `sub`, or without one an address) may hold open at once
+    /// (one per device that leads its tabs); more get 429 KZG05 and go on pulling on their timers.
+    /// 0 turns it off.
     #[arg(long, env = "KIZUNA_WAKE_STREAMS_PER_CALLER", default_value_t = 16)]
     pub wake_streams_per_caller: usize,
 
     /// Wake streams the process holds open in all, whoever opened them (callers without a `sub`,
-    /// anon, are bounded by this alone); more get 429 KZG05. 0 turns it off.
+    /// anon, half of them together); more get 429 KZG05. 0 turns it off.
     #[arg(long, env = "KIZUNA_MAX_WAKE_STREAMS", default_value_t = 10_000)]
     pub max_wake_streams: usize,
 

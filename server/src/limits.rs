@@ -1,7 +1,11 @@
-//! Per-caller admission: at most `--caller-concurrency` requests of one caller in flight, so that no
-//! caller can hold the connection pool (and so every other caller's requests) by itself (a caller:
-//! a token's `sub`, or without one its role at one address); and at
-//! most `--wake-streams-per-caller` wake streams of one caller, `--max-wake-streams` in all.
+//! Admission: how much of the gateway one caller may hold at once, so that no caller holds the
+//! connection pool (and so every other caller's requests), or the process's sockets, by itself.
+//!
+//! A caller is a token's `sub`. Tokens without one (anon: every visitor of a public app holds the
+//! same one) are told apart by the address a request came from (`address_group`), and all of them
+//! together hold at most a share of their own: an address is cheap to come by (an IPv6 /64 holds
+//! 2^64), so per address alone a few hosts could hold the whole pool, and one share for all of
+//! them let one upload stalled on a bad network hold every visitor's requests back.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -9,127 +13,129 @@ use std::sync::{Arc, Mutex};
 
 use crate::jwt::Claims;
 
+/// Counts per key; one admission counts under several keys at once (a caller's, all callers').
+#[derive(Clone, Default)]
+struct Counts(Arc<Mutex<HashMap<String, usize>>>);
+
+/// A place under each of its keys; dropping it (however the request or stream ends) gives them back.
+pub struct Admitted {
+    keys: Vec<String>,
+    counts: Counts,
+}
+
+impl Counts {
+    /// A place under every key, each below its limit (0: no limit), or the first key that is full.
+    fn admit(&self, keys: Vec<(String, usize)>) -> Result<Admitted, usize> {
+        let mut counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(full) = keys.iter().position(|(key, limit)| *limit > 0 && counts.get(key).copied().unwrap_or(0) >= *limit) {
+            return Err(full);
+        }
+        for (key, _) in &keys {
+            *counts.entry(key.clone()).or_default() += 1;
+        }
+        Ok(Admitted { keys: keys.into_iter().map(|(key, _)| key).collect(), counts: self.clone() })
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut counts = self.counts.0.lock().unwrap_or_else(|e| e.into_inner());
+        for key in &self.keys {
+            if let Some(count) = counts.get_mut(key) {
+                *count -= 1;
+                if *count == 0 {
+                    counts.remove(key);
+                }
+            }
+        }
+    }
+}
+
+/// Who a caller is, for its share: its `sub`, or without one its role at `address`.
+fn caller_key(claims: &Claims, address: Option<IpAddr>) -> String {
+    match (&claims.sub, address) {
+        (Some(sub), _) => format!("sub:{sub}"),
+        (None, Some(address)) => format!("anon:{}@{}", claims.role.as_str(), address_group(address)),
+        (None, None) => format!("anon:{}", claims.role.as_str()),
+    }
+}
+
+/// The addresses one anonymous caller may hold: one IPv4 address (also when it comes mapped into
+/// IPv6), or an IPv6 /64, the block one host is given.
+fn address_group(address: IpAddr) -> String {
+    match address.to_canonical() {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
+    }
+}
+
+/// Requests in flight: `--caller-concurrency` of one caller, and half the pool (at least one
+/// caller's share) for all callers without a `sub` together.
 #[derive(Clone)]
 pub struct CallerLimits {
     limit: usize,
-    in_flight: Arc<Mutex<HashMap<String, usize>>>,
-}
-
-/// One admitted request; dropping it (however the request ends) gives the slot back.
-pub struct Admitted {
-    key: String,
-    in_flight: Arc<Mutex<HashMap<String, usize>>>,
+    anonymous: usize,
+    counts: Counts,
 }
 
 impl CallerLimits {
-    pub fn new(limit: usize) -> CallerLimits {
-        CallerLimits { limit: limit.max(1), in_flight: Arc::default() }
+    pub fn new(limit: usize, pool_size: usize) -> CallerLimits {
+        let limit = limit.max(1);
+        CallerLimits { limit, anonymous: (pool_size / 2).max(limit), counts: Counts::default() }
     }
 
     pub fn limit(&self) -> usize {
         self.limit
     }
 
-    /// A slot for this caller, or `None` when it already has `limit` requests in flight. Callers
-    /// are told apart by `sub`; tokens without one (anon: every visitor of a public app holds the
-    /// same one) by their role and `address`, the address the request came from. They shared
-    /// their role's slots: four uploads stalled on bad networks held every anonymous visitor's
-    /// requests back until the body timeout.
+    /// A place for this caller's request, or `None` when it (or, without a `sub`, every such
+    /// caller together) already has its share in flight. `address`: where the request came from.
     pub fn admit(&self, claims: &Claims, address: Option<IpAddr>) -> Option<Admitted> {
-        let key = match (&claims.sub, address) {
-            (Some(sub), _) => format!("sub:{sub}"),
-            (None, Some(address)) => format!("role:{}@{address}", claims.role.as_str()),
-            (None, None) => format!("role:{}", claims.role.as_str()),
-        };
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-        let count = in_flight.entry(key.clone()).or_default();
-        if *count >= self.limit {
-            return None;
+        let mut keys = vec![(caller_key(claims, address), self.limit)];
+        if claims.sub.is_none() {
+            keys.push(("anon".to_string(), self.anonymous));
         }
-        *count += 1;
-        Some(Admitted { key, in_flight: self.in_flight.clone() })
+        self.counts.admit(keys).ok()
     }
 }
 
-impl Drop for Admitted {
-    fn drop(&mut self) {
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(count) = in_flight.get_mut(&self.key) {
-            *count -= 1;
-            if *count == 0 {
-                in_flight.remove(&self.key);
-            }
-        }
-    }
-}
-
-/// Open wake streams: at most `per_caller` of one `sub` and at most `total` in all. A stream holds
-/// a socket and a task for as long as its token lives (an hour, as Supabase issues them), so a
-/// caller that opens stream after stream would hold the process's sockets and memory. Callers
-/// without a `sub` (anon) cannot be told apart, so only `total` bounds theirs: a per-role share
-/// would shut every anonymous visitor's wake-ups out behind the first few.
+/// Open wake streams: `--wake-streams-per-caller` of one caller, `--max-wake-streams` in all, and
+/// half of those for callers without a `sub` together. A stream holds a socket and a task for as
+/// long as its token lives (an hour, as Supabase issues them).
 #[derive(Clone)]
 pub struct StreamLimits {
     per_caller: usize,
     total: usize,
-    open: Arc<Mutex<OpenStreams>>,
-}
-
-#[derive(Default)]
-struct OpenStreams {
-    total: usize,
-    by_sub: HashMap<String, usize>,
-}
-
-/// One open stream; dropping it (however the stream ends) gives its place back.
-pub struct StreamAdmitted {
-    sub: Option<String>,
-    open: Arc<Mutex<OpenStreams>>,
+    counts: Counts,
 }
 
 /// Why a stream was refused.
 pub enum StreamRefusal {
-    /// This caller has `per_caller` streams open.
+    /// This caller has this many streams open.
     Caller(usize),
-    /// The process has `total` streams open.
+    /// The process has this many streams open (for callers without a `sub`: they have).
     Total(usize),
 }
 
 impl StreamLimits {
     /// `0` for either limit leaves it off.
     pub fn new(per_caller: usize, total: usize) -> StreamLimits {
-        StreamLimits { per_caller, total, open: Arc::default() }
+        StreamLimits { per_caller, total, counts: Counts::default() }
     }
 
-    pub fn admit(&self, claims: &Claims) -> Result<StreamAdmitted, StreamRefusal> {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        if self.total > 0 && open.total >= self.total {
-            return Err(StreamRefusal::Total(self.total));
+    pub fn admit(&self, claims: &Claims, address: Option<IpAddr>) -> Result<Admitted, StreamRefusal> {
+        let mut keys = vec![(caller_key(claims, address), self.per_caller), ("all".to_string(), self.total)];
+        if claims.sub.is_none() && self.total > 0 {
+            keys.push(("anon".to_string(), (self.total / 2).max(1)));
         }
-        if let Some(sub) = &claims.sub {
-            let mine = open.by_sub.entry(sub.clone()).or_default();
-            if self.per_caller > 0 && *mine >= self.per_caller {
-                return Err(StreamRefusal::Caller(self.per_caller));
-            }
-            *mine += 1;
-        }
-        open.total += 1;
-        Ok(StreamAdmitted { sub: claims.sub.clone(), open: self.open.clone() })
-    }
-}
-
-impl Drop for StreamAdmitted {
-    fn drop(&mut self) {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.total = open.total.saturating_sub(1);
-        if let Some(sub) = &self.sub {
-            if let Some(count) = open.by_sub.get_mut(sub) {
-                *count -= 1;
-                if *count == 0 {
-                    open.by_sub.remove(sub);
-                }
-            }
-        }
+        let limits: Vec<usize> = keys.iter().map(|(_, limit)| *limit).collect();
+        self.counts.admit(keys).map_err(|full| match full {
+            0 => StreamRefusal::Caller(limits[0]),
+            n => StreamRefusal::Total(limits[n]),
+        })
     }
 }
 
@@ -144,7 +150,7 @@ mod tests {
 
     #[test]
     fn a_caller_gets_its_share_and_no_more_and_slots_come_back() {
-        let limits = CallerLimits::new(2);
+        let limits = CallerLimits::new(2, 16);
         let here: IpAddr = "192.0.2.1".parse().unwrap();
         let there: IpAddr = "192.0.2.2".parse().unwrap();
         let a1 = limits.admit(&claims(Some("a")), Some(here)).unwrap();
@@ -160,16 +166,35 @@ mod tests {
         assert!(limits.admit(&claims(None), Some(there)).is_some());
     }
 
+    /// Anonymous callers are one caller per IPv4 address (mapped into IPv6 or not) and per IPv6
+    /// /64, and all of them together hold at most half the pool.
     #[test]
-    fn wake_streams_are_bounded_per_caller_and_in_all_and_anon_only_in_all() {
-        let limits = StreamLimits::new(2, 4);
-        let a1 = limits.admit(&claims(Some("a"))).ok().unwrap();
-        let _a2 = limits.admit(&claims(Some("a"))).ok().unwrap();
-        assert!(matches!(limits.admit(&claims(Some("a"))), Err(StreamRefusal::Caller(2))));
-        let _anon = limits.admit(&claims(None)).ok().unwrap();
-        let _anon2 = limits.admit(&claims(None)).ok().unwrap();
-        assert!(matches!(limits.admit(&claims(Some("b"))), Err(StreamRefusal::Total(4))));
+    fn anonymous_callers_hold_a_share_per_address_block_and_half_the_pool_in_all() {
+        let limits = CallerLimits::new(2, 8);
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        let _v4 = limits.admit(&claims(None), ip("192.0.2.1")).unwrap();
+        let _mapped = limits.admit(&claims(None), ip("::ffff:192.0.2.1")).unwrap();
+        assert!(limits.admit(&claims(None), ip("192.0.2.1")).is_none(), "one address, however written");
+        let _v6 = limits.admit(&claims(None), ip("2001:db8:0:1::1")).unwrap();
+        let _same_block = limits.admit(&claims(None), ip("2001:db8:0:1::2")).unwrap();
+        assert!(limits.admit(&claims(None), ip("2001:db8:0:1:ffff::9")).is_none(), "one /64");
+        assert!(limits.admit(&claims(None), ip("2001:db8:0:2::1")).is_none(), "half the pool of 8 is held");
+        assert!(limits.admit(&claims(Some("a")), ip("2001:db8:0:2::1")).is_some(), "the other half is the signed-in callers'");
+    }
+
+    #[test]
+    fn wake_streams_are_bounded_per_caller_and_in_all() {
+        let limits = StreamLimits::new(2, 6);
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        let a1 = limits.admit(&claims(Some("a")), ip("192.0.2.1")).ok().unwrap();
+        let _a2 = limits.admit(&claims(Some("a")), ip("192.0.2.2")).ok().unwrap();
+        assert!(matches!(limits.admit(&claims(Some("a")), ip("192.0.2.3")), Err(StreamRefusal::Caller(2))));
+        let anon: Vec<_> = ["192.0.2.1", "192.0.2.2", "192.0.2.3"].iter().map(|a| limits.admit(&claims(None), ip(a)).ok().unwrap()).collect();
+        assert!(matches!(limits.admit(&claims(None), ip("192.0.2.4")), Err(StreamRefusal::Total(3))), "anon callers hold half in all");
+        let _b = limits.admit(&claims(Some("b")), ip("192.0.2.4")).ok().unwrap();
+        assert!(matches!(limits.admit(&claims(Some("c")), ip("192.0.2.5")), Err(StreamRefusal::Total(6))));
         drop(a1);
-        assert!(limits.admit(&claims(Some("a"))).is_ok(), "a place comes back when its stream ends");
+        assert!(limits.admit(&claims(Some("a")), ip("192.0.2.1")).is_ok(), "a place comes back when its stream ends");
+        drop(anon);
     }
 }

@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::db::{self, Rpc};
 use crate::errors::ApiError;
 use crate::jwt::{Claims, JwtKey, Role};
-use crate::limits::{CallerLimits, StreamAdmitted, StreamLimits, StreamRefusal};
+use crate::limits::{Admitted, CallerLimits, StreamLimits, StreamRefusal};
 use crate::metrics::{DurableFigures, Metrics};
 use crate::wake::Wake;
 
@@ -215,16 +215,18 @@ fn answer(app: &AppState, result: Result<String, ApiError>, record: impl Fn(&Met
     }
 }
 
-/// The connection's peer address (absent where the router is served without it: tests' own).
+/// The connection's peer address, as `into_make_service_with_connect_info` hands it to every request.
 type Peer = Option<Extension<ConnectInfo<SocketAddr>>>;
 
-/// The address a request came from: with `--trust-forwarded-for` the last `X-Forwarded-For`
-/// entry (the address the proxy in front saw; the entries before it are the client's own say),
-/// else the connection's peer.
+/// The address a request came from: with `--trust-forwarded-for` the last entry of the last
+/// `X-Forwarded-For` line (the address the proxy in front saw; the entries before it are the
+/// client's own say), with or without a port; else, or when that entry is no address, the
+/// connection's peer.
 fn caller_address(app: &AppState, headers: &HeaderMap, peer: &Peer) -> Option<IpAddr> {
     if app.trust_forwarded_for {
-        let forwarded = headers.get_all("x-forwarded-for").iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).last();
-        if let Some(address) = forwarded.and_then(|a| a.trim().parse().ok()) {
+        let last = headers.get_all("x-forwarded-for").iter().last().and_then(|line| line.to_str().ok());
+        let entry = last.and_then(|line| line.rsplit(',').next()).map(str::trim).unwrap_or_default();
+        if let Some(address) = entry.parse::<IpAddr>().ok().or_else(|| entry.parse::<SocketAddr>().ok().map(|a| a.ip())) {
             return Some(address);
         }
     }
@@ -311,7 +313,7 @@ fn request_of(bytes: &[u8]) -> Result<&str, ApiError> {
 
 /// Server-Sent Events, for a token in the `Authorization` header only: a token in a URL ends up in
 /// browser, proxy and server logs, so `?access_token=` is refused, not read.
-async fn wake(State(app): State<AppState>, headers: HeaderMap, uri: axum::http::Uri) -> Response {
+async fn wake(State(app): State<AppState>, peer: Peer, headers: HeaderMap, uri: axum::http::Uri) -> Response {
     if uri.query().is_some_and(|q| q.split('&').any(|p| p.starts_with("access_token="))) {
         let error = ApiError::unauthorized("send the token in the Authorization header, never in the URL");
         app.metrics.record_error(error.code());
@@ -324,7 +326,7 @@ async fn wake(State(app): State<AppState>, headers: HeaderMap, uri: axum::http::
             return error.into_response();
         }
     };
-    let admitted = match app.stream_limits.admit(&claims) {
+    let admitted = match app.stream_limits.admit(&claims, caller_address(&app, &headers, &peer)) {
         Ok(admitted) => admitted,
         Err(refusal) => {
             let error = match refusal {
@@ -361,11 +363,11 @@ fn wake_events(
     shutdown: watch::Receiver<bool>,
     expiry: std::pin::Pin<Box<tokio::time::Sleep>>,
     metrics: Arc<Metrics>,
-    admitted: StreamAdmitted,
+    admitted: Admitted,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     /// Counts the stream as open, and holds its place among its caller's, for as long as it
     /// lives, however it ends.
-    struct Open(Arc<Metrics>, #[allow(dead_code)] StreamAdmitted);
+    struct Open(Arc<Metrics>, #[allow(dead_code)] Admitted);
     impl Drop for Open {
         fn drop(&mut self) {
             self.0.wake_client_gone();
