@@ -18,6 +18,10 @@ const MAX_TIMER_MS: i64 = 60_000;
 /// doubled after each stream that could not be opened, up to the longest.
 const WAKE_RECONNECT_FIRST_MS: u32 = 250;
 const WAKE_RECONNECT_MAX_MS: u32 = 5_000;
+/// How long after the gateway refused a stream for its limits (429: the caller, or the server,
+/// holds its most) one is asked for again: meanwhile the timers pull, and asking every few seconds
+/// would only add refusals.
+const WAKE_REFUSED_MS: u32 = 60_000;
 
 type EventHandler = Closure<dyn FnMut(web_sys::Event)>;
 
@@ -87,9 +91,12 @@ fn open_wake_stream(inner: &Rc<Inner>) {
         }
         let opened = inner.transport.open_stream("/kizuna/v1/wake").await;
         drop(inner);
-        let Ok((response, controller)) = opened else {
-            retry_wake_stream(&weak);
-            return;
+        let (response, controller) = match opened {
+            Ok(opened) => opened,
+            Err(failure) => {
+                retry_wake_stream(&weak, failure.status == Some(429));
+                return;
+            }
         };
         let Some(inner) = weak.upgrade() else {
             controller.abort();
@@ -111,7 +118,7 @@ fn open_wake_stream(inner: &Rc<Inner>) {
         // Ended: by `stop` (the controller is gone then) or by the network or server.
         let current = weak.upgrade().and_then(|i| i.scheduler.wake.borrow().as_ref().map(|c| c == &controller));
         if current == Some(true) {
-            retry_wake_stream(&weak);
+            retry_wake_stream(&weak, false);
         }
     });
 }
@@ -145,14 +152,14 @@ async fn read_wake_events(response: &web_sys::Response, inner: &Weak<Inner>) {
     }
 }
 
-fn retry_wake_stream(weak: &Weak<Inner>) {
+fn retry_wake_stream(weak: &Weak<Inner>, refused: bool) {
     let Some(inner) = weak.upgrade() else { return };
     if !inner.scheduler.running.get() {
         return;
     }
     let failures = inner.scheduler.reconnect_failures.get();
     inner.scheduler.reconnect_failures.set(failures.saturating_add(1));
-    let pause = WAKE_RECONNECT_FIRST_MS.saturating_mul(1 << failures.min(5)).min(WAKE_RECONNECT_MAX_MS);
+    let pause = if refused { WAKE_REFUSED_MS } else { WAKE_RECONNECT_FIRST_MS.saturating_mul(1 << failures.min(5)).min(WAKE_RECONNECT_MAX_MS) };
     let weak = weak.clone();
     *inner.scheduler.reconnect.borrow_mut() = Some(Timeout::new(pause, move || {
         if let Some(inner) = weak.upgrade() {

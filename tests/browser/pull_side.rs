@@ -502,3 +502,33 @@ async fn staged_pages_commit_whether_they_waited_in_memory_or_in_indexeddb() {
     assert_eq!(ok(reader.list("todos".into())).await.as_array().unwrap().len(), ids.len());
     reader.close();
 }
+
+/// A wake stream the gateway refuses for its limits (429: the caller, or the server, holds its
+/// most) is asked for again a minute later, not on the backoff of a dropped stream (a quarter of
+/// a second, doubling up to five): meanwhile the timers pull, and asking every few seconds would
+/// only add refusals, from every refused device at once.
+#[wasm_bindgen_test]
+async fn a_refused_wake_stream_is_asked_for_again_only_a_minute_later() {
+    let user = random_id();
+    let opts = options(&random_id(), &user);
+    set(&opts, "autoSync", json!(true));
+    let asked = js_sys::Object::new();
+    let fetch = js_sys::Function::new_with_args(
+        "asked",
+        "return (input, init) => {
+           if (String(input.url ?? input).includes('/kizuna/v1/wake')) {
+             asked.n = (asked.n ?? 0) + 1;
+             return Promise.resolve(new Response(JSON.stringify({code: 'KZG05', message: 'this caller already has 16 wake streams open'}), {status: 429}));
+           }
+           return fetch(input, init);
+         }",
+    )
+    .call1(&wasm_bindgen::JsValue::NULL, &asked)
+    .unwrap();
+    Reflect::set(&opts, &"fetch".into(), &fetch).unwrap();
+    let client = open(&opts).await;
+    sleep(2_500).await;
+    let times = Reflect::get(&asked, &"n".into()).unwrap().as_f64().unwrap_or(0.0);
+    assert_eq!(times, 1.0, "asked once, then not again within the minute");
+    client.close();
+}
