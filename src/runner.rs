@@ -295,11 +295,17 @@ impl Inner {
     async fn finish(&self, txn: WriteTxn<'_>, tx: &Transaction) -> Result<(), ClientError> {
         let queued = txn.apply(&tx.ops).and_then(|()| if tx.ops.is_empty() { Ok(()) } else { txn.put_stamp(&txn.stamp.next()) });
         if let Err(e) = queued {
-            txn.abort();
-            self.recover(&e).await;
-            return Err(e);
+            return Err(self.undo(txn, e).await);
         }
         self.seal(txn, tx).await
+    }
+
+    /// A step's operations could not be queued (after the engine stepped): its transaction is
+    /// rolled back and the engine rebuilt from what is durable. Returns `error`.
+    async fn undo(&self, txn: WriteTxn<'_>, error: ClientError) -> ClientError {
+        txn.abort();
+        self.recover(&error).await;
+        error
     }
 
     /// `finish` once the step's own operations and, for a step that changed anything, the next
@@ -447,11 +453,7 @@ impl Inner {
         };
         let answered = match answered {
             Ok(answered) => answered,
-            Err(e) => {
-                txn.abort();
-                self.recover(&e).await;
-                return Err(e);
-            }
+            Err(e) => return Err(self.undo(txn, e).await),
         };
         if answered.stamp.version != known.version || self.reloads.get() != reloads {
             // The engine stepped over a state another tab has moved on from (the step taken again
@@ -464,9 +466,7 @@ impl Inner {
         let restamp = answered.stamp.leader != known.leader;
         txn.stamp = answered.stamp;
         if let Err(e) = txn.apply(&again).and_then(|()| if restamp { txn.put_stamp(&txn.stamp.next()) } else { Ok(()) }) {
-            txn.abort();
-            self.recover(&e).await;
-            return Err(e);
+            return Err(self.undo(txn, e).await);
         }
         self.seal(txn, &tx).await?;
         Ok(true)
@@ -651,12 +651,8 @@ impl Inner {
                 self.finish(txn, &tx).await?;
                 Ok(flow)
             }
-            Err(e) => {
-                // The engine already moved on to this page: roll both back to what is durable.
-                txn.abort();
-                self.recover(&e).await;
-                Err(e)
-            }
+            // The engine already moved on to this page: roll both back to what is durable.
+            Err(e) => Err(self.undo(txn, e).await),
         }
     }
 

@@ -447,11 +447,9 @@ impl Store {
     pub async fn begin_reading(&self, keys: &[RowKey]) -> Result<(WriteTxn<'_>, BTreeMap<RowKey, RowRecord>), ClientError> {
         let open = OpenStep::new(self);
         let tx = self.transaction(TransactionMode::Readwrite)?;
-        let stamp = store(&tx, META)?.get(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?;
-        let declared = store(&tx, META)?.get(JsValue::from_str(INDEXES_KEY)).primitive().map_err(failed)?;
+        let step = StepReads::issue(self, &tx)?;
         let rows = RowReads::issue(store(&tx, ROWS)?, keys)?;
-        let stamp = present(stamp.await.map_err(failed)?).map(from_js).transpose()?.unwrap_or_default();
-        self.follow_declaration(present(declared.await.map_err(failed)?))?;
+        let (stamp, _) = step.answered(self).await?;
         let rows = rows.found().await?;
         Ok((WriteTxn { store: self, tx, stamp, staging: Default::default(), _open: open }, rows))
     }
@@ -498,14 +496,38 @@ pub struct WriteTxn<'a> {
     _open: OpenStep<'a>,
 }
 
-/// The reads `WriteTxn::issue_reads` issued, not yet answered.
-pub struct UnreadAnswers {
+/// What every step reads first, issued and not yet answered: the `sync` stamp and the declared
+/// indexes, with the declaration this tab knew when they were issued.
+struct StepReads {
     stamp: RowRequest,
     declared: RowRequest,
-    /// The declared indexes as this tab knew them when the reads were issued: the tokens of the
-    /// step's rows, queued right after, are made for these.
-    indexes: Indexes,
-    rows: Vec<(RowKey, RowRequest)>,
+    known: Indexes,
+}
+
+impl StepReads {
+    fn issue(store: &Store, tx: &Transaction<'_>) -> Result<StepReads, ClientError> {
+        let meta = self::store(tx, META)?;
+        let stamp = meta.get::<JsValue, _, _>(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?;
+        let declared = meta.get::<JsValue, _, _>(JsValue::from_str(INDEXES_KEY)).primitive().map_err(failed)?;
+        Ok(StepReads { stamp, declared, known: store.indexes.borrow().clone() })
+    }
+
+    /// The stamp, and whether the declaration differs from the one known at `issue`; the
+    /// declaration read becomes the store's.
+    async fn answered(self, store: &Store) -> Result<(SyncStamp, bool), ClientError> {
+        let stamp = present(self.stamp.await.map_err(failed)?).map(from_js).transpose()?.unwrap_or_default();
+        store.follow_declaration(present(self.declared.await.map_err(failed)?))?;
+        let changed = *store.indexes.borrow() != self.known;
+        Ok((stamp, changed))
+    }
+}
+
+/// The reads `WriteTxn::issue_reads` issued, not yet answered.
+pub struct UnreadAnswers<'t> {
+    /// With the declaration known when they were issued: the tokens of the step's rows, queued
+    /// right after, are made for it.
+    step: StepReads,
+    rows: RowReads<'t>,
 }
 
 /// What `UnreadAnswers::answered` found.
@@ -517,19 +539,10 @@ pub struct Answered {
     pub found: BTreeMap<RowKey, RowRecord>,
 }
 
-impl UnreadAnswers {
-    /// The answers; the declaration read becomes the store's (as in `Store::begin_reading`).
+impl UnreadAnswers<'_> {
     pub async fn answered(self, store: &Store) -> Result<Answered, ClientError> {
-        let stamp = present(self.stamp.await.map_err(failed)?).map(from_js).transpose()?.unwrap_or_default();
-        store.follow_declaration(present(self.declared.await.map_err(failed)?))?;
-        let indexes_changed = *store.indexes.borrow() != self.indexes;
-        let mut found = BTreeMap::new();
-        for (key, request) in self.rows {
-            if let Some(value) = present(request.await.map_err(failed)?) {
-                found.insert(key, from_js(value)?);
-            }
-        }
-        Ok(Answered { stamp, indexes_changed, found })
+        let (stamp, indexes_changed) = self.step.answered(store).await?;
+        Ok(Answered { stamp, indexes_changed, found: self.rows.found().await? })
     }
 }
 
@@ -575,16 +588,13 @@ impl WriteTxn<'_> {
     }
 
     /// Issues what `Store::begin_reading` reads (the `sync` stamp, the declared indexes, the
-    /// records of `keys`, each one `get`) without awaiting them: requests run in order, so these
-    /// read the store as it was before the puts queued after them, which must be queued before
-    /// anything is awaited (they carry the tokens of the indexes known now).
-    pub fn issue_reads(&self, keys: &[RowKey]) -> Result<UnreadAnswers, ClientError> {
-        let meta = store(&self.tx, META)?;
-        let stamp = meta.get::<JsValue, _, _>(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?;
-        let declared = meta.get::<JsValue, _, _>(JsValue::from_str(INDEXES_KEY)).primitive().map_err(failed)?;
-        let rows = request_rows(&store(&self.tx, ROWS)?, keys)?;
-        let indexes = self.store.indexes.borrow().clone();
-        Ok(UnreadAnswers { stamp, declared, indexes, rows: keys.iter().cloned().zip(rows).collect() })
+    /// records of `keys`) without awaiting them: requests run in order, so these read the store as
+    /// it was before the puts queued after them, which must be queued before anything is awaited
+    /// (they carry the tokens of the indexes known now). Fewer than `RANGE_READ_MIN` keys of a
+    /// table: more are read as a range first, whose second reads would come after those puts.
+    pub fn issue_reads(&self, keys: &[RowKey]) -> Result<UnreadAnswers<'_>, ClientError> {
+        let step = StepReads::issue(self.store, &self.tx)?;
+        Ok(UnreadAnswers { step, rows: RowReads::issue(store(&self.tx, ROWS)?, keys)? })
     }
 
     /// Keeps `events` with the step that commits them, under `unheard:<suffix>`: a page that goes

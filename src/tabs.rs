@@ -143,8 +143,9 @@ pub struct Tabs {
     outgoing: Rc<RefCell<Vec<Message>>>,
     flush: RefCell<Option<Timeout>>,
     flush_armed: Rc<Cell<bool>>,
-    /// Posts what is queued when the page is hidden to be unloaded (or frozen): a page closed
-    /// within the 0 ms wait never ran the timer, and the other tabs never heard of its last commit.
+    /// Posts what is queued when the page is hidden to be unloaded or kept in the back-forward
+    /// cache: a page closed within the 0 ms wait never ran the timer, and the other tabs never
+    /// heard of its last commit.
     on_pagehide: RefCell<Option<Closure<dyn FnMut()>>>,
     /// This client was closed: what a step still committing announces is posted at once, and
     /// the channel stays open for it until the client is let go (`Drop`).
