@@ -125,7 +125,7 @@ impl Transport {
         let response = self.response(&started, &controller).await?;
         if !(200..300).contains(&response.status()) {
             controller.abort();
-            return Err(failure(Some(response.status()), &format!("HTTP{}", response.status()), "the stream was refused"));
+            return Err(failure(Some(response.status()), &codes::http_status(response.status()), "the stream was refused"));
         }
         Ok((response, controller))
     }
@@ -188,7 +188,7 @@ impl Transport {
         let body: Option<ErrorBody> = serde_json::from_str(&text).ok();
         Err(match body {
             Some(b) => failure(Some(status), &b.code, b.message),
-            None => failure(Some(status), &format!("HTTP{status}"), format!("HTTP {status}: {}", text.chars().take(200).collect::<String>())),
+            None => failure(Some(status), &codes::http_status(status), format!("HTTP {status}: {}", text.chars().take(200).collect::<String>())),
         })
     }
 }

@@ -48,7 +48,7 @@ impl Transport {
             let body: Option<ErrorBody> = serde_json::from_str(&text).ok();
             return Err(match body {
                 Some(body) => Failure { status: Some(status), code: body.code, message: body.message },
-                None => Failure { status: Some(status), code: format!("HTTP_{status}"), message: text },
+                None => Failure { status: Some(status), code: kizuna_protocol::codes::http_status(status), message: text },
             });
         }
         serde_json::from_str(&text).map_err(|e| network(format!("undecodable answer: {e}")))

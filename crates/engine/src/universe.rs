@@ -298,7 +298,7 @@ mod tests {
     fn narrowed_slices_widen_again_once_the_refused_request_is_through() {
         let mut d = Delivery::new(DeliveryConfig { max_slice: 4, ..DeliveryConfig::default() }, 1);
         let pending: Vec<EventState> = (1..=10).map(event).collect();
-        let proxy = Failure { status: Some(413), code: "HTTP_413".into(), message: "Request Entity Too Large".into() };
+        let proxy = Failure { status: Some(413), code: kizuna_protocol::codes::http_status(413), message: "Request Entity Too Large".into() };
         assert_eq!(d.next_slice(&pending, 0), vec![1, 2, 3, 4]);
         d.on_failure(&pending[..4], &proxy, 0);
         assert_eq!(d.next_slice(&pending, 0), vec![1, 2], "a 413 halves, whoever sent it");

@@ -35,6 +35,13 @@ pub mod codes {
     pub const TIMEOUT: &str = "TIMEOUT";
     pub const AUTH_SESSION_MISSING: &str = "AUTH_SESSION_MISSING";
     pub const AUTH_SESSION_TIMEOUT: &str = "AUTH_SESSION_TIMEOUT";
+
+    /// The code of a refusal whose body is no Kizuna or PostgREST error (a proxy's page, a `url`
+    /// that is not Kizuna): `HTTP` and its status, `HTTP502`. One spelling for every reader: the
+    /// browser client's (part of its typed API) and universe sync's (`HTTP_502` until 2026-12-06).
+    pub fn http_status(status: u16) -> String {
+        format!("HTTP{status}")
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,9 +80,8 @@ impl ErrorClass {
     /// True when a permanent refusal says the request was too big, so that a non-atomic slice is
     /// halved rather than cut to its head write.
     pub fn is_size_refusal(code: &str) -> bool {
-        // A 413 from what stands in front of the server (a proxy's body limit) too, as the browser
-        // client (`HTTP413`) and universe sync (`HTTP_413`) name a refusal that is no Kizuna error.
-        code == codes::BATCH_TOO_LARGE || code == codes::BODY_TOO_LARGE || code == "HTTP413" || code == "HTTP_413"
+        // A 413 from what stands in front of the server (a proxy's body limit) too.
+        code == codes::BATCH_TOO_LARGE || code == codes::BODY_TOO_LARGE || code == codes::http_status(413)
     }
 
     pub fn is_retryable(self) -> bool {

@@ -84,7 +84,7 @@ impl Target {
             let refusal = serde_json::from_str::<ErrorBody>(&text).ok();
             return Err(Failure {
                 status: Some(status),
-                code: refusal.as_ref().map_or_else(|| format!("HTTP_{status}"), |b| b.code.clone()),
+                code: refusal.as_ref().map_or_else(|| kizuna_protocol::codes::http_status(status), |b| b.code.clone()),
                 message: refusal.map_or_else(|| text.chars().take(200).collect(), |b| b.message),
             });
         }
