@@ -412,32 +412,39 @@ async fn a_condition_without_a_value_is_refused() {
     client.close();
 }
 
-/// A page hidden to be closed right after a write commits still tells the other tabs: the
-/// announcement waits for a 0 ms timer, which a page closed meanwhile never runs, and `pagehide`
-/// posts it at once. Zero-delay timers are held back here, as a closing page's never run.
-#[wasm_bindgen_test]
-async fn a_page_hidden_right_after_a_write_still_tells_the_other_tabs() {
+/// Opens a client of a new database from JS and another of the same database (another tab), runs
+/// `write(id)` (a JS body of `client` that writes the row `id` and returns its promise) in the
+/// first, and waits until the other has heard of that row in a `change` event.
+async fn another_tab_hears(write: impl FnOnce(&str) -> String) -> (JsValue, kizunasync::KizunaClient, String) {
     let user = random_id();
-    let name = format!("hiding-{}", random_id());
-    let hiding = open_in_js(&name, &user).await;
+    let name = format!("told-{}", random_id());
+    let writer = open_in_js(&name, &user).await;
     let other = open(&options(&name, &user)).await;
     let heard = record(&other, "change");
     let id = random_id();
-    js_await(&hiding, &format!(
-        "const real = globalThis.setTimeout;
-         globalThis.setTimeout = (f, ms, ...rest) => (ms ? real(f, ms, ...rest) : 0);
-         return client.put('todos', '{id}', {{id: '{id}', title: 'last words'}})
-           .then(() => globalThis.dispatchEvent(new Event('pagehide')))
-           .finally(() => {{ globalThis.setTimeout = real; }})"
-    ))
-    .await
-    .expect("the write commits");
+    js_await(&writer, &write(&id)).await.expect("the write commits");
     let mut waited = 0;
     while !(0..heard.length()).any(|i| from_js(heard.get(i))["keys"].to_string().contains(&id)) {
         waited += 20;
         assert!(waited < 3_000, "the other tab heard of the write");
         sleep(20).await;
     }
+    (writer, other, id)
+}
+
+/// A page hidden to be closed right after a write commits still tells the other tabs: the
+/// announcement waits for a 0 ms timer, which a page closed meanwhile never runs, and `pagehide`
+/// posts it at once. Zero-delay timers are held back here, as a closing page's never run.
+#[wasm_bindgen_test]
+async fn a_page_hidden_right_after_a_write_still_tells_the_other_tabs() {
+    let (hiding, other, _) = another_tab_hears(|id| format!(
+        "const real = globalThis.setTimeout;
+         globalThis.setTimeout = (f, ms, ...rest) => (ms ? real(f, ms, ...rest) : 0);
+         return client.put('todos', '{id}', {{id: '{id}', title: 'last words'}})
+           .then(() => globalThis.dispatchEvent(new Event('pagehide')))
+           .finally(() => {{ globalThis.setTimeout = real; }})"
+    ))
+    .await;
     js(&hiding, "client.close()");
     other.close();
 }
@@ -448,23 +455,10 @@ async fn a_page_hidden_right_after_a_write_still_tells_the_other_tabs() {
 /// commit and the announcement.
 #[wasm_bindgen_test]
 async fn a_write_committing_while_its_client_closes_is_still_told_to_the_other_tabs() {
-    let user = random_id();
-    let name = format!("closing-{}", random_id());
-    let closing = open_in_js(&name, &user).await;
-    let other = open(&options(&name, &user)).await;
-    let heard = record(&other, "change");
-    let id = random_id();
-    js_await(&closing, &format!(
+    let (_, other, id) = another_tab_hears(|id| format!(
         "client.on('change', () => client.close()); return client.put('todos', '{id}', {{id: '{id}', title: 'last words'}})"
     ))
-    .await
-    .expect("the write commits");
-    let mut waited = 0;
-    while !(0..heard.length()).any(|i| from_js(heard.get(i))["keys"].to_string().contains(&id)) {
-        waited += 20;
-        assert!(waited < 3_000, "the other tab heard of the write");
-        sleep(20).await;
-    }
+    .await;
     assert_eq!(ok(other.get("todos".into(), id.clone().into())).await["title"], "last words");
     other.close();
 }
