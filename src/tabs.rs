@@ -143,10 +143,9 @@ pub struct Tabs {
     outgoing: Rc<RefCell<Vec<Message>>>,
     flush: RefCell<Option<Timeout>>,
     flush_armed: Rc<Cell<bool>>,
-    /// Posts what is queued when the page is hidden to be unloaded or kept in the back-forward
-    /// cache: a page closed within the 0 ms wait never ran the timer, and the other tabs never
-    /// heard of its last commit.
-    on_pagehide: RefCell<Option<Closure<dyn FnMut()>>>,
+    /// Posts what is queued when the page is hidden (`HIDDEN_EVENTS`): a page closed within the
+    /// 0 ms wait never ran the timer, and the other tabs never heard of its last commit.
+    on_hidden: RefCell<Option<Closure<dyn FnMut()>>>,
     /// This client was closed: what a step still committing announces is posted at once, and
     /// the channel stays open for it until the client is let go (`Drop`).
     left: Cell<bool>,
@@ -175,7 +174,7 @@ impl Tabs {
             outgoing: Rc::new(RefCell::new(Vec::new())),
             flush: RefCell::new(None),
             flush_armed: Rc::new(Cell::new(false)),
-            on_pagehide: RefCell::new(None),
+            on_hidden: RefCell::new(None),
             left: Cell::new(false),
         }
     }
@@ -225,10 +224,18 @@ impl Tabs {
     }
 }
 
+/// When a page may be about to go: `pagehide` as it is unloaded or put in the back-forward cache;
+/// `visibilitychange` (dispatched at the document, seen by the window as it bubbles) as it is
+/// hidden, after which a mobile browser may discard it without a `pagehide`. Posting early when it
+/// shows again costs nothing.
+const HIDDEN_EVENTS: [&str; 2] = ["pagehide", "visibilitychange"];
+
 impl Drop for Tabs {
     fn drop(&mut self) {
-        if let (Some(window), Some(on_pagehide)) = (web_sys::window(), self.on_pagehide.take()) {
-            let _ = window.remove_event_listener_with_callback("pagehide", on_pagehide.as_ref().unchecked_ref());
+        if let (Some(window), Some(on_hidden)) = (web_sys::window(), self.on_hidden.take()) {
+            for event in HIDDEN_EVENTS {
+                let _ = window.remove_event_listener_with_callback(event, on_hidden.as_ref().unchecked_ref());
+            }
         }
         self.flush_now();
         if let Some(channel) = &self.channel {
@@ -273,13 +280,15 @@ pub fn join(inner: &Rc<Inner>) {
     // A page's only: a worker is not hidden, and its last timers run while it lives.
     if let (Some(window), Some(_)) = (web_sys::window(), &tabs.channel) {
         let weak = Rc::downgrade(inner);
-        let on_pagehide = Closure::<dyn FnMut()>::new(move || {
+        let on_hidden = Closure::<dyn FnMut()>::new(move || {
             if let Some(inner) = weak.upgrade() {
                 inner.tabs.flush_now();
             }
         });
-        let _ = window.add_event_listener_with_callback("pagehide", on_pagehide.as_ref().unchecked_ref());
-        *tabs.on_pagehide.borrow_mut() = Some(on_pagehide);
+        for event in HIDDEN_EVENTS {
+            let _ = window.add_event_listener_with_callback(event, on_hidden.as_ref().unchecked_ref());
+        }
+        *tabs.on_hidden.borrow_mut() = Some(on_hidden);
     }
     queue_for_lock(inner, false);
     let weak = Rc::downgrade(inner);

@@ -432,21 +432,24 @@ async fn another_tab_hears(write: impl FnOnce(&str) -> String) -> (JsValue, kizu
     (writer, other, id)
 }
 
-/// A page hidden to be closed right after a write commits still tells the other tabs: the
-/// announcement waits for a 0 ms timer, which a page closed meanwhile never runs, and `pagehide`
-/// posts it at once. Zero-delay timers are held back here, as a closing page's never run.
+/// A page hidden right after a write commits (to be closed, or discarded while hidden, as mobile
+/// browsers do) still tells the other tabs: the announcement waits for a 0 ms timer, which a page
+/// closed meanwhile never runs, and `pagehide` or `visibilitychange` posts it at once. Zero-delay
+/// timers are held back here, as a closing page's never run.
 #[wasm_bindgen_test]
 async fn a_page_hidden_right_after_a_write_still_tells_the_other_tabs() {
-    let (hiding, other, _) = another_tab_hears(|id| format!(
-        "const real = globalThis.setTimeout;
-         globalThis.setTimeout = (f, ms, ...rest) => (ms ? real(f, ms, ...rest) : 0);
-         return client.put('todos', '{id}', {{id: '{id}', title: 'last words'}})
-           .then(() => globalThis.dispatchEvent(new Event('pagehide')))
-           .finally(() => {{ globalThis.setTimeout = real; }})"
-    ))
-    .await;
-    js(&hiding, "client.close()");
-    other.close();
+    for hide in ["globalThis.dispatchEvent(new Event('pagehide'))", "document.dispatchEvent(new Event('visibilitychange', {bubbles: true}))"] {
+        let (hiding, other, _) = another_tab_hears(|id| format!(
+            "const real = globalThis.setTimeout;
+             globalThis.setTimeout = (f, ms, ...rest) => (ms ? real(f, ms, ...rest) : 0);
+             return client.put('todos', '{id}', {{id: '{id}', title: 'last words'}})
+               .then(() => {hide})
+               .finally(() => {{ globalThis.setTimeout = real; }})"
+        ))
+        .await;
+        js(&hiding, "client.close()");
+        other.close();
+    }
 }
 
 /// A write whose step commits while its client closes is still told to the other tabs: the step
