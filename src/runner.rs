@@ -424,8 +424,8 @@ impl Inner {
     }
 
     /// A write step that does not wait for its reads: one round trip of IndexedDB is a third of a
-    /// small write's time (1.0 against 0.7 ms in raw IndexedDB, the client's requests read first
-    /// or queued behind the reads). The step is taken on the engine as it stands, as though no key
+    /// small write's time (the client's requests in raw IndexedDB in Chromium: 1.0 – 1.2 ms read
+    /// first, 0.85 ms queued behind the reads). The step is taken on the engine as it stands, as though no key
     /// had a stored record beyond the rows the engine holds, and its puts are queued behind the
     /// reads of the stamp, the declared indexes and the keys' records, in one transaction. Their
     /// answers then settle it before it commits: a key found stored has its record made over what
