@@ -42,14 +42,18 @@ fn to_js<T: serde::Serialize + ?Sized>(value: &T) -> JsValue {
     js::encode(value).unwrap_or(JsValue::NULL)
 }
 
+/// The function `on()` and `watch()` hand back: callable again, doing nothing more (a cleanup that
+/// runs twice), where a once-only closure threw wasm-bindgen's error, with no code, on the second call.
+fn unsubscriber(stop: impl FnMut() + 'static) -> Function {
+    Closure::<dyn FnMut()>::new(stop).into_js_value().unchecked_into()
+}
+
 /// A write's options: `applyAfter` and `latestOnly`; any other key is refused, so a misspelt
 /// option fails loudly.
 fn write_options(options: Option<JsValue>) -> Result<(Option<i64>, Option<bool>), JsValue> {
     let Some(options) = values::options(&options.unwrap_or(JsValue::UNDEFINED), "options")? else { return Ok((None, None)) };
-    for key in values::property_names(&options, &"options")? {
-        if key != "applyAfter" && key != "latestOnly" {
-            return Err(invalid(format!("unknown write option '{key}'; known: applyAfter, latestOnly")));
-        }
+    if let Some(key) = values::unknown_key(&options, &"options", &["applyAfter", "latestOnly"])? {
+        return Err(invalid(format!("unknown write option '{key}'; known: applyAfter, latestOnly")));
     }
     let after = values::property(&options, "applyAfter", &"options")?;
     let apply_after = if after.is_undefined() || after.is_null() { None } else { Some(values::instant(&after, "options.applyAfter")?) };
@@ -230,7 +234,7 @@ impl KizunaClient {
                         Some("patch") => &["op", "table", "pk", "columns"],
                         _ => &["op", "table", "pk"],
                     };
-                    if let Some(key) = values::property_names(&w, &format_args!("writes[{i}]"))?.into_iter().find(|k| !takes.contains(&k.as_str())) {
+                    if let Some(key) = values::unknown_key(&w, &format_args!("writes[{i}]"), takes)? {
                         return Err(invalid(format!("writes[{i}] has '{key}', which a batch write of its op does not take (known: {})", takes.join(", "))));
                     }
                     let table = values::text(&field("table")?, format_args!("writes[{i}].table"))?;
@@ -291,15 +295,11 @@ impl KizunaClient {
         let listener: Function = listener.dyn_into().map_err(|_| invalid("listener must be a function"))?;
         let id = watch::watch(&self.inner, table, filter, listener);
         let inner = Rc::downgrade(&self.inner);
-        // Callable again, doing nothing more (a cleanup that runs twice): a once-only closure
-        // threw wasm-bindgen's error, with no code, on the second call.
-        let stop = Closure::<dyn FnMut()>::new(move || {
+        Ok(unsubscriber(move || {
             if let Some(inner) = inner.upgrade() {
                 watch::unwatch(&inner, id);
             }
-        })
-        .into_js_value();
-        Ok(stop.unchecked_into())
+        }))
     }
 
     /// Pushes what is due, then pulls to the next committed checkpoint.
@@ -397,13 +397,11 @@ impl KizunaClient {
             wasm_bindgen_futures::spawn_local(async move { crate::events::emit(&listeners, &held) });
         }
         let listeners = Rc::downgrade(&self.inner.listeners);
-        let off = Closure::<dyn FnMut()>::new(move || {
+        Ok(unsubscriber(move || {
             if let Some(l) = listeners.upgrade() {
                 l.borrow_mut().remove(id);
             }
-        })
-        .into_js_value();
-        Ok(off.unchecked_into())
+        }))
     }
 
     /// Stops the loops, closes the database and lets another client open it. Pending writes stay

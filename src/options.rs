@@ -68,10 +68,8 @@ impl ClientOptions {
         if !options.is_object() {
             return Err(invalid("options must be an object"));
         }
-        for key in values::property_names(options, &"options")? {
-            if !OPTION_NAMES.contains(&key.as_str()) {
-                return Err(invalid(format!("unknown option '{key}'; known: {}", OPTION_NAMES.join(", "))));
-            }
+        if let Some(key) = values::unknown_key(options, &"options", OPTION_NAMES)? {
+            return Err(invalid(format!("unknown option '{key}'; known: {}", OPTION_NAMES.join(", "))));
         }
         // JSON would carry NaN and the infinities as null, which reads as "not given".
         for key in NUMBER_OPTIONS {

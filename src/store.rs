@@ -505,11 +505,11 @@ struct StepReads {
 }
 
 impl StepReads {
-    fn issue(store: &Store, tx: &Transaction<'_>) -> Result<StepReads, ClientError> {
-        let meta = self::store(tx, META)?;
+    fn issue(db: &Store, tx: &Transaction<'_>) -> Result<StepReads, ClientError> {
+        let meta = store(tx, META)?;
         let stamp = meta.get::<JsValue, _, _>(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?;
         let declared = meta.get::<JsValue, _, _>(JsValue::from_str(INDEXES_KEY)).primitive().map_err(failed)?;
-        Ok(StepReads { stamp, declared, known: store.indexes.borrow().clone() })
+        Ok(StepReads { stamp, declared, known: db.indexes.borrow().clone() })
     }
 
     /// The stamp, and whether the declaration differs from the one known at `issue`; the

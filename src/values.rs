@@ -142,6 +142,12 @@ pub fn property_names(object: &JsValue, what: &dyn Display) -> Result<Vec<String
     Ok(own_keys(object).map_err(|e| unreadable(what, &e))?.iter().filter_map(|k| k.as_string()).collect())
 }
 
+/// The first own enumerable property of `object` that is not among `known`: options, filters and
+/// batch members refuse what they do not take instead of dropping it.
+pub fn unknown_key(object: &JsValue, what: &dyn Display, known: &[&str]) -> Result<Option<String>, JsValue> {
+    Ok(property_names(object, what)?.into_iter().find(|k| !known.contains(&k.as_str())))
+}
+
 /// `what.name` of an object: `undefined` when it is not there, refused when reading it throws
 /// (never taken as absent: a throwing `applyAfter` would send the write at once, a throwing
 /// `where` would answer every row).

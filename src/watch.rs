@@ -38,10 +38,8 @@ impl Filter {
     /// Parses `{ where?, bucket? }`; any other key is refused, so a misspelt one fails loudly.
     pub fn parse(filter: Option<JsValue>) -> Result<Filter, JsValue> {
         let Some(filter) = values::options(&filter.unwrap_or(JsValue::UNDEFINED), "filter")? else { return Ok(Filter::default()) };
-        for key in values::property_names(&filter, &"filter")? {
-            if key != "where" && key != "bucket" {
-                return Err(invalid(format!("unknown filter key '{key}'; known: where, bucket")));
-            }
+        if let Some(key) = values::unknown_key(&filter, &"filter", &["where", "bucket"])? {
+            return Err(invalid(format!("unknown filter key '{key}'; known: where, bucket")));
         }
         let w = values::property(&filter, "where", &"filter")?;
         let conditions = if w.is_undefined() { Row::new() } else { values::row(&w, "filter.where")? };
