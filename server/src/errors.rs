@@ -26,6 +26,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use kizuna_protocol::{codes, ErrorBody};
 
+use crate::limits::StreamRefusal;
+
 /// Gateway codes not (yet) in the protocol crate. KZG03 comes with 503, which clients retry;
 /// KZG04 means a wrong URL or method, a configuration mistake rather than a refused request.
 pub mod gateway_codes {
@@ -113,9 +115,12 @@ impl ApiError {
         .with_hint("wait for an answer before sending the next request")
     }
 
-    /// A wake stream past `--wake-streams-per-caller` (`of_caller`) or `--max-wake-streams`.
-    pub fn too_many_wake_streams(limit: usize, of_caller: bool) -> ApiError {
-        let whose = if of_caller { "this caller already has" } else { "this server already holds" };
+    /// A wake stream past `--wake-streams-per-caller` or `--max-wake-streams`.
+    pub fn too_many_wake_streams(refusal: StreamRefusal) -> ApiError {
+        let (whose, limit) = match refusal {
+            StreamRefusal::Caller(limit) => ("this caller already has", limit),
+            StreamRefusal::Total(limit) => ("this server already holds", limit),
+        };
         ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             gateway_codes::TOO_MANY_REQUESTS,

@@ -24,11 +24,13 @@ pub struct Admitted {
 }
 
 impl Counts {
-    /// A place under every key, each below its limit (0: no limit), or the first key that is full.
-    fn admit(&self, keys: Vec<(String, usize)>) -> Result<Admitted, usize> {
+    /// A place under every key, each below its limit (0: no limit), or the position and limit of
+    /// the first key that is full.
+    fn admit(&self, keys: Vec<(String, usize)>) -> Result<Admitted, (usize, usize)> {
         let mut counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(full) = keys.iter().position(|(key, limit)| *limit > 0 && counts.get(key).copied().unwrap_or(0) >= *limit) {
-            return Err(full);
+        let full = keys.iter().position(|(key, limit)| *limit > 0 && counts.get(key).copied().unwrap_or(0) >= *limit);
+        if let Some(full) = full {
+            return Err((full, keys[full].1));
         }
         for (key, _) in &keys {
             *counts.entry(key.clone()).or_default() += 1;
@@ -131,11 +133,8 @@ impl StreamLimits {
         if claims.sub.is_none() && self.total > 0 {
             keys.push(("anon".to_string(), (self.total / 2).max(1)));
         }
-        let limits: Vec<usize> = keys.iter().map(|(_, limit)| *limit).collect();
-        self.counts.admit(keys).map_err(|full| match full {
-            0 => StreamRefusal::Caller(limits[0]),
-            n => StreamRefusal::Total(limits[n]),
-        })
+        // The caller's key comes first.
+        self.counts.admit(keys).map_err(|(full, limit)| if full == 0 { StreamRefusal::Caller(limit) } else { StreamRefusal::Total(limit) })
     }
 }
 

@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::db::{self, Rpc};
 use crate::errors::ApiError;
 use crate::jwt::{Claims, JwtKey, Role};
-use crate::limits::{Admitted, CallerLimits, StreamLimits, StreamRefusal};
+use crate::limits::{Admitted, CallerLimits, StreamLimits};
 use crate::metrics::{DurableFigures, Metrics};
 use crate::wake::Wake;
 
@@ -314,36 +314,29 @@ fn request_of(bytes: &[u8]) -> Result<&str, ApiError> {
 /// Server-Sent Events, for a token in the `Authorization` header only: a token in a URL ends up in
 /// browser, proxy and server logs, so `?access_token=` is refused, not read.
 async fn wake(State(app): State<AppState>, peer: Peer, headers: HeaderMap, uri: axum::http::Uri) -> Response {
-    if uri.query().is_some_and(|q| q.split('&').any(|p| p.starts_with("access_token="))) {
-        let error = ApiError::unauthorized("send the token in the Authorization header, never in the URL");
-        app.metrics.record_error(error.code());
-        return error.into_response();
-    }
-    let claims = match authenticate(&app.key, bearer(&headers)) {
-        Ok(claims) => claims,
+    match wake_stream(&app, &peer, &headers, &uri) {
+        Ok(stream) => stream,
         Err(error) => {
             app.metrics.record_error(error.code());
-            return error.into_response();
+            error.into_response()
         }
-    };
-    let admitted = match app.stream_limits.admit(&claims, caller_address(&app, &headers, &peer)) {
-        Ok(admitted) => admitted,
-        Err(refusal) => {
-            let error = match refusal {
-                StreamRefusal::Caller(limit) => ApiError::too_many_wake_streams(limit, true),
-                StreamRefusal::Total(limit) => ApiError::too_many_wake_streams(limit, false),
-            };
-            app.metrics.record_error(error.code());
-            return error.into_response();
-        }
-    };
+    }
+}
+
+/// The wake stream of an admitted caller, or why it was refused.
+fn wake_stream(app: &AppState, peer: &Peer, headers: &HeaderMap, uri: &axum::http::Uri) -> Result<Response, ApiError> {
+    if uri.query().is_some_and(|q| q.split('&').any(|p| p.starts_with("access_token="))) {
+        return Err(ApiError::unauthorized("send the token in the Authorization header, never in the URL"));
+    }
+    let claims = authenticate(&app.key, bearer(headers))?;
+    let admitted = app.stream_limits.admit(&claims, caller_address(app, headers, peer)).map_err(ApiError::too_many_wake_streams)?;
     // The stream ends when its token expires, as every other request with that token is refused
     // then: it went on for as long as the connection lived.
     let left = Duration::from_secs_f64((claims.expires_at - crate::jwt::unix_now() as f64).max(0.0));
     let expiry = Box::pin(tokio::time::sleep(left));
     // Subscribing before answering means every commit after the response headers is seen.
     let receiver = app.wake.subscribe();
-    Sse::new(wake_events(
+    Ok(Sse::new(wake_events(
         receiver,
         app.shutdown.clone(),
         expiry,
@@ -355,7 +348,7 @@ async fn wake(State(app): State<AppState>, peer: Peer, headers: HeaderMap, uri: 
             .interval(Duration::from_secs(15))
             .text("keep-alive"),
     )
-    .into_response()
+    .into_response())
 }
 
 fn wake_events(
