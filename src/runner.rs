@@ -427,7 +427,8 @@ impl Inner {
     /// small write's time (the client's requests in raw IndexedDB in Chromium: 1.0 – 1.2 ms read
     /// first, 0.85 ms queued behind the reads). The step is taken on the engine as it stands, as though no key
     /// had a stored record beyond the rows the engine holds, and its puts are queued behind the
-    /// reads of the stamp, the declared indexes and the keys' records, in one transaction. Their
+    /// reads of the `sync` record (the stamp and the declared indexes) and the keys' records, in one
+    /// transaction. Their
     /// answers then settle it before it commits: a key found stored has its record made over what
     /// is stored and put again (`Engine::settle_unread`), a new declaration of indexes puts the
     /// records again with its tokens, and a stamp another tab moved rolls the transaction back,
@@ -451,11 +452,11 @@ impl Inner {
             Ok(()) => reads.answered(&self.store).await,
             Err(e) => Err(e),
         };
-        let answered = match answered {
+        let answered = match answered.and_then(|answered| txn.found(answered.record.clone()).map(|()| answered)) {
             Ok(answered) => answered,
             Err(e) => return Err(self.undo(txn, e).await),
         };
-        if answered.stamp.version != known.version || self.reloads.get() != reloads {
+        if txn.stamp.version != known.version || self.reloads.get() != reloads {
             // The engine stepped over a state another tab has moved on from (the step taken again
             // finds the stamp moved and reloads it), or it was reloaded under the step (a failed
             // step's `recover` between the step and its answers): what it wrote is no longer there.
@@ -463,8 +464,9 @@ impl Inner {
             return Ok(false);
         }
         let again = self.engine.borrow_mut().settle_unread(&tx, &answered.found, answered.indexes_changed);
-        let restamp = answered.stamp.leader != known.leader;
-        txn.stamp = answered.stamp;
+        // The record put before the read names the leader this tab knew and carries the
+        // declaration it knew: put again when either moved.
+        let restamp = txn.stamp.leader != known.leader || answered.indexes_changed;
         if let Err(e) = txn.apply(&again).and_then(|()| if restamp { txn.put_stamp(&txn.stamp.next()) } else { Ok(()) }) {
             return Err(self.undo(txn, e).await);
         }

@@ -4,11 +4,12 @@
 //! (`Store::begin`): IndexedDB runs such transactions one at a time in the order they were created,
 //! so the engine's order of steps and the store's order of commits are the same order.
 //!
-//! Every tab of one origin may hold the database open at once. Beside the engine's `meta` record,
-//! the `sync` record carries a stamp that every committing step advances and the tab that runs the
-//! sync loops: a step that finds the stamp moved since its engine last saw it reloads the engine's
-//! state inside its own transaction first, and a leader's step that finds another leader named is
-//! refused (see `tabs.rs`).
+//! Every tab of one origin may hold the database open at once. The `sync` record carries a stamp
+//! that every committing step advances and the tab that runs the sync loops: a step that finds the
+//! stamp moved since its engine last saw it reloads the engine's state inside its own transaction
+//! first, and a leader's step that finds another leader named is refused (see `tabs.rs`). It also
+//! holds the engine's `meta` record and the declared indexes (`SyncRecord`), so that a step reads
+//! one record and puts one.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -40,20 +41,23 @@ const DEAD: &str = "dead";
 const STAGING: &str = "staging";
 const META: &str = "meta";
 const ALL: [&str; 5] = [ROWS, OUTBOX, DEAD, STAGING, META];
-const META_KEY: &str = "meta";
+/// The `sync` record (`SyncRecord`).
 const SYNC_KEY: &str = "sync";
+/// Schema 2's records of the engine's meta and of the declared indexes, apart from `sync`: folded
+/// into it by the first open of schema 3 (`Store::settle`).
+const LEGACY_META_KEY: &str = "meta";
+const LEGACY_INDEXES_KEY: &str = "indexes";
 /// The keys of events a step committed and its tab may not have told yet (see `WriteTxn::put_unheard`):
 /// `unheard:` and a suffix that sorts them in commit order.
 const UNHEARD: &str = "unheard:";
 /// Past every `UNHEARD` key (`;` follows `:`).
 const PAST_UNHEARD: &str = "unheard;";
-/// The declared indexes the stored tokens were made for.
-const INDEXES_KEY: &str = "indexes";
 /// How the stored tokens write their values (`indexes::token`); tokens of another form are remade.
 const TOKEN_FORM_KEY: &str = "tokenForm";
 /// 2: a number in one form for each double (a server's `5.00` was `5.0`, apart from the app's `5`).
 const TOKEN_FORM: f64 = 2.0;
-const SCHEMA_VERSION: u32 = 2;
+/// 3: the engine's meta and the declared indexes live in the `sync` record.
+const SCHEMA_VERSION: u32 = 3;
 /// Rows moved or re-tokened per request while a schema or declaration changes.
 const CHUNK: u32 = 2_000;
 
@@ -86,8 +90,9 @@ impl Drop for Store {
     }
 }
 
-/// The `sync` record: how many steps have committed (any tab's), and which tab leads.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+/// The stamp of the `sync` record (`sync_record`): how many steps have committed (any tab's), and
+/// which tab leads.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SyncStamp {
     pub version: f64,
     pub leader: Option<String>,
@@ -98,6 +103,49 @@ impl SyncStamp {
     pub fn next(&self) -> SyncStamp {
         SyncStamp { version: self.version + 1.0, leader: self.leader.clone() }
     }
+}
+
+/// A field of a `sync` record, unless absent.
+fn sync_field(record: &JsValue, name: &str) -> Option<JsValue> {
+    present(js_sys::Reflect::get(record, &JsValue::from_str(name)).ok())
+}
+
+/// The stamp of a `sync` record (none: the default, as of a database no step committed to).
+fn stamp_of(record: Option<&JsValue>) -> Result<SyncStamp, ClientError> {
+    let Some(record) = record else { return Ok(SyncStamp::default()) };
+    let corrupt = || ClientError::new("STORAGE_CORRUPT", "the stamp of the sync record does not decode");
+    let version = match sync_field(record, "version") {
+        None => 0.0,
+        Some(v) => v.as_f64().ok_or_else(corrupt)?,
+    };
+    let leader = match sync_field(record, "leader") {
+        None => None,
+        Some(l) => Some(l.as_string().ok_or_else(corrupt)?),
+    };
+    Ok(SyncStamp { version, leader })
+}
+
+/// The `sync` record `{version, leader, meta, indexes}`: the stamp, the engine's `meta` record and
+/// the declared indexes the stored tokens were made for (absent: none declared), each left out
+/// when absent. One record, so that a step reads one and puts one: a write step that read the
+/// stamp and the declaration and put the stamp and the meta apart made four requests, and in raw
+/// IndexedDB in Chromium those two more were most of what the client's design added to a write's
+/// own two puts (1.5 times them, against 1.17 for one read and one put).
+fn sync_record(stamp: &SyncStamp, meta: Option<&JsValue>, indexes: Option<&JsValue>) -> JsValue {
+    let record = js_sys::Object::new();
+    let set = |name: &str, value: &JsValue| {
+        let _ = js_sys::Reflect::set(&record, &JsValue::from_str(name), value);
+    };
+    set("version", &JsValue::from_f64(stamp.version));
+    if let Some(leader) = &stamp.leader {
+        set("leader", &JsValue::from_str(leader));
+    }
+    for (name, value) in [("meta", meta), ("indexes", indexes)] {
+        if let Some(value) = value {
+            set(name, value);
+        }
+    }
+    record.into()
 }
 
 /// The default of `stagingMemoryBytes`: 32 MiB of a run's staged pages kept in memory.
@@ -264,13 +312,25 @@ impl Store {
         })
     }
 
-    /// Moves schema 1's rows into `ROWS`, gives the rows of tables whose declared indexes
-    /// changed their new tokens, and takes the events kept and not told.
+    /// Moves schema 1's rows into `ROWS`, folds schema 2's `meta` and `indexes` records into the
+    /// `sync` record, gives the rows of tables whose declared indexes changed their new tokens,
+    /// and takes the events kept and not told.
     async fn settle(&self) -> Result<Vec<Event>, ClientError> {
         let legacy = self.db.object_store_names().any(|n| n == LEGACY_ROWS);
         let tx = self.transaction_over(if legacy { vec![LEGACY_ROWS, ROWS, META] } else { vec![ROWS, META] }, TransactionMode::Readwrite)?;
         let meta = store(&tx, META)?;
-        let before: Indexes = get(&meta, INDEXES_KEY.into()).await?.map(from_js).transpose()?.unwrap_or_default();
+        let found = get(&meta, SYNC_KEY.into()).await?;
+        let mut folded = false;
+        let mut fields = [("meta", found.as_ref().and_then(|r| sync_field(r, "meta"))), ("indexes", found.as_ref().and_then(|r| sync_field(r, "indexes")))];
+        for ((_, field), legacy_key) in fields.iter_mut().zip([LEGACY_META_KEY, LEGACY_INDEXES_KEY]) {
+            if let Some(value) = get(&meta, legacy_key.into()).await? {
+                field.get_or_insert(value);
+                drop(meta.delete(JsValue::from_str(legacy_key)).primitive().map_err(failed)?);
+                folded = true;
+            }
+        }
+        let [(_, state), (_, mut declared)] = fields;
+        let before: Indexes = declared.clone().map(from_js).transpose()?.unwrap_or_default();
         let own = self.indexes.borrow().clone();
         let mut retoken = crate::indexes::changed_tables(&before, &own);
         let form_changed = get(&meta, TOKEN_FORM_KEY.into()).await?.and_then(|f| f.as_f64()) != Some(TOKEN_FORM);
@@ -290,7 +350,11 @@ impl Store {
             self.rewrite(&rows, &rows, Some(table)).await?;
         }
         if !retoken.is_empty() {
-            drop(meta.put(to_js(&own)?).with_key(JsValue::from_str(INDEXES_KEY)).primitive().map_err(failed)?);
+            declared = Some(to_js(&own)?);
+        }
+        if folded || !retoken.is_empty() {
+            let record = sync_record(&stamp_of(found.as_ref())?, state.as_ref(), declared.as_ref());
+            drop(meta.put(record).with_key(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?);
         }
         let unheard = take_unheard(&tx).await?;
         tx.commit().await.map_err(failed)?;
@@ -379,10 +443,17 @@ impl Store {
         Ok(found)
     }
 
-    /// Takes the database's declared indexes as read in a transaction (absent: none declared).
-    fn follow_declaration(&self, stored: Option<JsValue>) -> Result<(), ClientError> {
-        *self.indexes.borrow_mut() = stored.map(from_js).transpose()?.unwrap_or_default();
+    /// Takes the database's declared indexes from the `sync` record as read in a transaction
+    /// (absent: none declared).
+    fn follow_declaration(&self, record: Option<&JsValue>) -> Result<(), ClientError> {
+        *self.indexes.borrow_mut() = record.and_then(|r| sync_field(r, "indexes")).map(from_js).transpose()?.unwrap_or_default();
         Ok(())
+    }
+
+    /// The declared indexes as the `sync` record holds them (none declared: absent).
+    fn declaration(&self) -> Result<Option<JsValue>, ClientError> {
+        let indexes = self.indexes.borrow();
+        if indexes.is_empty() { Ok(None) } else { to_js(&*indexes).map(Some) }
     }
 
     /// The records of `table`'s rows, as the browser read them (see `records_where`): through the
@@ -392,7 +463,7 @@ impl Store {
     pub async fn table_records(&self, table: &str, conditions: &serde_json::Map<String, serde_json::Value>, mut each: impl FnMut(&JsValue)) -> Result<(), ClientError> {
         let tx = self.transaction(TransactionMode::Readonly)?;
         let rows = store(&tx, ROWS)?;
-        let declared = store(&tx, META)?.get(JsValue::from_str(INDEXES_KEY)).primitive().map_err(failed)?;
+        let declared = store(&tx, META)?.get(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?;
         // Through the declared index of a condition, else the table's.
         let read = |token: &Option<String>| match token {
             Some(token) => read_index(&rows, "eq", token),
@@ -400,7 +471,7 @@ impl Store {
         };
         let known = crate::indexes::lookup(&self.indexes.borrow(), table, conditions);
         let guessed = read(&known)?;
-        self.follow_declaration(present(declared.await.map_err(failed)?))?;
+        self.follow_declaration(present(declared.await.map_err(failed)?).as_ref())?;
         let stands = crate::indexes::lookup(&self.indexes.borrow(), table, conditions);
         let found = if stands == known { guessed } else { read(&stands)? };
         for record in found.await.map_err(failed)? {
@@ -431,8 +502,8 @@ impl Store {
     /// is as of.
     pub async fn load(&self) -> Result<(Option<PersistedState>, SyncStamp), ClientError> {
         let tx = self.transaction(TransactionMode::Readonly)?;
-        let stamp = read_stamp(&tx).await?;
-        Ok((load_state(&tx).await?, stamp))
+        let record = get(&store(&tx, META)?, SYNC_KEY.into()).await?;
+        Ok((load_state(&tx, record.as_ref()).await?, stamp_of(record.as_ref())?))
     }
 
     /// Begins a read-write transaction over every store. It resolves once the transaction is
@@ -449,9 +520,11 @@ impl Store {
         let tx = self.transaction(TransactionMode::Readwrite)?;
         let step = StepReads::issue(self, &tx)?;
         let rows = RowReads::issue(store(&tx, ROWS)?, keys)?;
-        let (stamp, _) = step.answered(self).await?;
+        let (found, _) = step.answered(self).await?;
         let rows = rows.found().await?;
-        Ok((WriteTxn { store: self, tx, stamp, staging: Default::default(), _open: open }, rows))
+        let mut txn = WriteTxn::new(self, tx, open);
+        txn.found(found)?;
+        Ok((txn, rows))
     }
 
     /// Whether a step's transaction is open: its step may yet fail and be rolled back, so a step
@@ -466,7 +539,7 @@ impl Store {
     pub fn begin_unread(&self) -> Result<WriteTxn<'_>, ClientError> {
         let open = OpenStep::new(self);
         let tx = self.transaction(TransactionMode::Readwrite)?;
-        Ok(WriteTxn { store: self, tx, stamp: SyncStamp::default(), staging: Default::default(), _open: open })
+        Ok(WriteTxn::new(self, tx, open))
     }
 
     /// The stored records of `keys` that exist, read in one transaction.
@@ -488,37 +561,43 @@ impl Store {
 pub struct WriteTxn<'a> {
     store: &'a Store,
     tx: Transaction<'a>,
-    /// The `sync` record as this transaction found it.
+    /// The stamp of the `sync` record as this transaction found it.
     pub stamp: SyncStamp,
+    /// The `sync` record as this transaction found it (`None`: there was none, or its read is not
+    /// answered yet): what a put of the record does not change is put back as it was read.
+    found: Option<JsValue>,
+    /// The engine's `meta` record as the step's last `PutMeta` gave it, put with the stamp.
+    meta: std::cell::RefCell<Option<JsValue>>,
+    /// The stamp of the `sync` record this transaction last put, and whether that put holds the
+    /// step's meta: not when a `PutMeta` came after it, or when it had none to carry (`commit`
+    /// then puts the record again).
+    last_put: std::cell::RefCell<Option<(SyncStamp, bool)>>,
     /// Its changes to the pages staged in memory, carried out when it commits.
     staging: std::cell::RefCell<Vec<StagingChange>>,
     /// Counts it open until it has committed or been dropped (after `tx`, which it outlives).
     _open: OpenStep<'a>,
 }
 
-/// What every step reads first, issued and not yet answered: the `sync` stamp and the declared
-/// indexes, with the declaration this tab knew when they were issued.
+/// What every step reads first, issued and not yet answered: the `sync` record, with the
+/// declaration of indexes this tab knew when it was issued.
 struct StepReads {
-    stamp: RowRequest,
-    declared: RowRequest,
+    record: RowRequest,
     known: Indexes,
 }
 
 impl StepReads {
     fn issue(db: &Store, tx: &Transaction<'_>) -> Result<StepReads, ClientError> {
-        let meta = store(tx, META)?;
-        let stamp = meta.get::<JsValue, _, _>(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?;
-        let declared = meta.get::<JsValue, _, _>(JsValue::from_str(INDEXES_KEY)).primitive().map_err(failed)?;
-        Ok(StepReads { stamp, declared, known: db.indexes.borrow().clone() })
+        let record = store(tx, META)?.get::<JsValue, _, _>(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?;
+        Ok(StepReads { record, known: db.indexes.borrow().clone() })
     }
 
-    /// The stamp, and whether the declaration differs from the one known at `issue`; the
+    /// The record, and whether its declaration differs from the one known at `issue`; the
     /// declaration read becomes the store's.
-    async fn answered(self, store: &Store) -> Result<(SyncStamp, bool), ClientError> {
-        let stamp = present(self.stamp.await.map_err(failed)?).map(from_js).transpose()?.unwrap_or_default();
-        store.follow_declaration(present(self.declared.await.map_err(failed)?))?;
+    async fn answered(self, store: &Store) -> Result<(Option<JsValue>, bool), ClientError> {
+        let record = present(self.record.await.map_err(failed)?);
+        store.follow_declaration(record.as_ref())?;
         let changed = *store.indexes.borrow() != self.known;
-        Ok((stamp, changed))
+        Ok((record, changed))
     }
 }
 
@@ -532,7 +611,8 @@ pub struct UnreadAnswers<'t> {
 
 /// What `UnreadAnswers::answered` found.
 pub struct Answered {
-    pub stamp: SyncStamp,
+    /// The `sync` record (`WriteTxn::found`).
+    pub record: Option<JsValue>,
     /// The database's declared indexes differ from those this tab wrote the step's rows' tokens for.
     pub indexes_changed: bool,
     /// The records of the keys that exist.
@@ -541,8 +621,8 @@ pub struct Answered {
 
 impl UnreadAnswers<'_> {
     pub async fn answered(self, store: &Store) -> Result<Answered, ClientError> {
-        let (stamp, indexes_changed) = self.step.answered(store).await?;
-        Ok(Answered { stamp, indexes_changed, found: self.rows.found().await? })
+        let (record, indexes_changed) = self.step.answered(store).await?;
+        Ok(Answered { record, indexes_changed, found: self.rows.found().await? })
     }
 }
 
@@ -570,16 +650,51 @@ impl Drop for OpenStep<'_> {
     }
 }
 
-impl WriteTxn<'_> {
-    /// The engine's persisted state as this transaction sees it.
-    pub async fn load_state(&self) -> Result<Option<PersistedState>, ClientError> {
-        load_state(&self.tx).await
+impl<'a> WriteTxn<'a> {
+    fn new(store: &'a Store, tx: Transaction<'a>, open: OpenStep<'a>) -> WriteTxn<'a> {
+        WriteTxn {
+            store,
+            tx,
+            stamp: SyncStamp::default(),
+            found: None,
+            meta: Default::default(),
+            last_put: Default::default(),
+            staging: Default::default(),
+            _open: open,
+        }
     }
 
-    /// Replaces the `sync` record when the transaction commits.
-    pub fn put_stamp(&self, stamp: &SyncStamp) -> Result<(), ClientError> {
-        drop(store(&self.tx, META)?.put(to_js(stamp)?).with_key(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?);
+    /// Takes the `sync` record as read (`Answered::record`): its stamp becomes `stamp`.
+    pub fn found(&mut self, record: Option<JsValue>) -> Result<(), ClientError> {
+        self.stamp = stamp_of(record.as_ref())?;
+        self.found = record;
         Ok(())
+    }
+
+    /// The engine's persisted state as this transaction sees it (its `sync` record read).
+    pub async fn load_state(&self) -> Result<Option<PersistedState>, ClientError> {
+        load_state(&self.tx, self.found.as_ref()).await
+    }
+
+    /// Puts the `sync` record with `stamp`: with the meta of the step's last `PutMeta`, else the
+    /// one read; with the declaration of indexes read, else (its read not answered) the one this
+    /// tab knows. The last put wins when the transaction commits.
+    pub fn put_stamp(&self, stamp: &SyncStamp) -> Result<(), ClientError> {
+        let read = |name| self.found.as_ref().and_then(|r| sync_field(r, name));
+        let meta = self.meta.borrow().clone().or_else(|| read("meta"));
+        let indexes = if self.found.is_some() { read("indexes") } else { self.store.declaration()? };
+        let record = sync_record(stamp, meta.as_ref(), indexes.as_ref());
+        drop(store(&self.tx, META)?.put(record).with_key(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?);
+        *self.last_put.borrow_mut() = Some((stamp.clone(), meta.is_some()));
+        Ok(())
+    }
+
+    /// Keeps the engine's `meta` record for the `sync` record's put (`PutMeta`).
+    fn put_meta(&self, record: JsValue) {
+        *self.meta.borrow_mut() = Some(record);
+        if let Some((_, whole)) = self.last_put.borrow_mut().as_mut() {
+            *whole = false;
+        }
     }
 
     /// The stored records of `keys` that exist.
@@ -687,8 +802,18 @@ impl WriteTxn<'_> {
         true
     }
 
-    /// Resolves once everything queued is durable.
+    /// Resolves once everything queued is durable. A `sync` record put before the step's last
+    /// `PutMeta`, or before there was a meta to carry, is put again with its stamp (none put: the
+    /// stamp found, for a step that changed only the meta).
     pub async fn commit(self) -> Result<(), ClientError> {
+        let again = match self.last_put.borrow().as_ref() {
+            Some((stamp, false)) => Some(stamp.clone()),
+            None if self.meta.borrow().is_some() => Some(self.stamp.clone()),
+            _ => None,
+        };
+        if let Some(stamp) = again {
+            self.put_stamp(&stamp)?;
+        }
         self.tx.commit().await.map_err(failed)?;
         let mut staged = self.store.staged.borrow_mut();
         for change in self.staging.into_inner() {
@@ -732,12 +857,9 @@ async fn take_unheard(tx: &Transaction<'_>) -> Result<Vec<Event>, ClientError> {
     Ok(events)
 }
 
-async fn read_stamp(tx: &Transaction<'_>) -> Result<SyncStamp, ClientError> {
-    get(&store(tx, META)?, SYNC_KEY.into()).await?.map(from_js).transpose().map(Option::unwrap_or_default)
-}
-
-async fn load_state(tx: &Transaction<'_>) -> Result<Option<PersistedState>, ClientError> {
-    let Some(meta) = get(&store(tx, META)?, META_KEY.into()).await? else { return Ok(None) };
+/// The engine's persisted state in `tx`, whose `sync` record is `record`.
+async fn load_state(tx: &Transaction<'_>, record: Option<&JsValue>) -> Result<Option<PersistedState>, ClientError> {
+    let Some(meta) = record.and_then(|r| sync_field(r, "meta")) else { return Ok(None) };
     let outbox: Vec<_> = get_all(&store(tx, OUTBOX)?).await?.into_iter().map(from_js).collect::<Result<_, _>>()?;
     let dead: Vec<_> = get_all(&store(tx, DEAD)?).await?.into_iter().map(from_js).collect::<Result<_, _>>()?;
     // The rows of pending writes are read by the steps that need them (`Engine::remember`), not
@@ -890,7 +1012,7 @@ fn apply(txn: &WriteTxn<'_>, ops: &[StoreOp]) -> Result<(), ClientError> {
             }
             StoreOp::PutDead(dead) => drop(stores.get(DEAD)?.put(records.next()).with_key(seq(dead.entry.seq)).primitive().map_err(failed)?),
             StoreOp::DeleteDead(n) => drop(stores.get(DEAD)?.delete(seq(*n)).primitive().map_err(failed)?),
-            StoreOp::PutMeta(_) => drop(stores.get(META)?.put(records.next()).with_key(JsValue::from_str(META_KEY)).primitive().map_err(failed)?),
+            StoreOp::PutMeta(_) => txn.put_meta(records.next()),
             StoreOp::PutStaging { page_no, page } => {
                 let text = serde_json::to_string(page).map_err(|e| ClientError::new("STORAGE_FAILED", format!("cannot encode a page: {e}")))?;
                 stage(txn, *page_no, &text)?

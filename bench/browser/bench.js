@@ -42,9 +42,9 @@ function rawPut(db, records) {
 
 // The floor of the client's own design, in raw IndexedDB: the requests a write step makes, with
 // records of the client's shapes, in one transaction over the client's five stores. The `sync`
-// stamp (did another tab commit?), the declared indexes and each written key's row (an upsert
-// assigns the columns it names over the stored row) are read; then the rows, the outbox entries,
-// the `meta` record and the stamp are put. A step of fewer than 32 rows queues its puts behind
+// record (its stamp: did another tab commit?; the declared indexes) and each written key's row (an
+// upsert assigns the columns it names over the stored row) are read; then the rows, the outbox
+// entries and the `sync` record, which carries the engine's `meta`, are put. A step of fewer than 32 rows queues its puts behind
 // its reads without waiting for them (src/runner.rs, `write_unread`); a larger one waits, and
 // asks first for the stored keys in the range of its keys, then reads those rows
 // (src/row_reads.rs). The client's ratio to this floor is its own cost; the floor's ratio to
@@ -65,11 +65,11 @@ async function floorWrite(db, records, version) {
   let unread = null;
   if (records.length >= 32) {
     const ids = records.map(([, r]) => r.id).sort();
-    const [, , stored] = await Promise.all([asked(meta.get("sync")), asked(meta.get("indexes")),
+    const [, stored] = await Promise.all([asked(meta.get("sync")),
       asked(rows.getAllKeys(IDBKeyRange.bound(["todos", ids[0]], ["todos", ids[ids.length - 1]]), 2 * ids.length + 1))]);
     await Promise.all(stored.map((key) => asked(rows.get(key))));
   } else {
-    unread = Promise.all([asked(meta.get("sync")), asked(meta.get("indexes")), ...records.map(([, r]) => asked(rows.get(["todos", r.id])))]);
+    unread = Promise.all([asked(meta.get("sync")), ...records.map(([, r]) => asked(rows.get(["todos", r.id])))]);
   }
   const hlc = `${Date.now()}-0000-00000000-0000-4000-8000-000000000000`;
   for (const [i, r] of records) {
@@ -78,10 +78,9 @@ async function floorWrite(db, records, version) {
     tx.objectStore("outbox").put({ seq: i, id: crypto.randomUUID(), table: "todos", pk: r.id, op: "upsert", columns: r, hlc, read_seq: 0,
       created_at: Date.now() }, i);
   }
-  meta.put({ client_id: "00000000-0000-4000-8000-000000000000", next_seq: records.length + 1,
-    checkpoint: { cursor: null, horizon: 0, committed_at: null, buckets: null },
-    counters: { applied: 0, rejected: 0, skipped: 0, delayed: 0, dead_lettered: 0 }, hlc_last: hlc, slice_limit: null }, "meta");
-  meta.put({ version, leader: "00000000-0000-4000-8000-000000000000" }, "sync");
+  meta.put({ version, leader: "00000000-0000-4000-8000-000000000000", meta: { client_id: "00000000-0000-4000-8000-000000000000",
+    next_seq: records.length + 1, checkpoint: { cursor: null, horizon: 0, committed_at: null, buckets: null },
+    counters: { applied: 0, rejected: 0, skipped: 0, delayed: 0, dead_lettered: 0 }, hlc_last: hlc, slice_limit: null } }, "sync");
   await unread;
   return done(tx);
 }

@@ -1,10 +1,15 @@
 //! Tabs of two versions of Kizuna on one database: an upgrade never leaves an `open()` hanging,
-//! and an older client lets a newer one in and says why it stops.
+//! and an older client lets a newer one in and says why it stops; a database an earlier version
+//! stored opens with its pending writes, its identity and its counters.
 
 use std::future::{Future, IntoFuture};
 
 use futures_util::future::{select, Either};
 use indexed_db_futures::database::Database;
+use indexed_db_futures::prelude::*;
+use indexed_db_futures::transaction::TransactionMode;
+use indexed_db_futures::KeyPath;
+use js_sys::Array;
 use kizunasync::KizunaClient;
 use serde_json::json;
 use wasm_bindgen::JsValue;
@@ -57,7 +62,7 @@ async fn a_newer_version_opening_the_database_is_let_in_and_this_client_says_why
     ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "before"})), None)).await;
 
     // A newer version of Kizuna opens the database in another tab, at a later schema.
-    let upgrading = Database::open(name.as_str()).with_version(3u32).with_on_upgrade_needed(|_, _| Ok(()));
+    let upgrading = Database::open(name.as_str()).with_version(4u32).with_on_upgrade_needed(|_, _| Ok(()));
     let newer = within(5_000, upgrading.into_future()).await.expect("this client does not hold up the upgrade").unwrap();
     let err = call(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "after"})), None)).await.unwrap_err();
     assert_eq!(error_code(&err), "STORAGE_UPGRADED");
@@ -69,4 +74,76 @@ async fn a_newer_version_opening_the_database_is_let_in_and_this_client_says_why
     newer.close();
     let err = refusal(KizunaClient::connect(opts.into()).await);
     assert_eq!(error_code(&err), "STORAGE_UPGRADED");
+}
+
+/// Writes a database as schema 2 stored it: a pending write (`seq` 1) and its row, and apart from
+/// the `sync` stamp, the engine's `meta` record (the next `seq` is 2, seven writes applied) and the
+/// declared indexes as records of their own.
+async fn schema_2_database(name: &str, user: &str) {
+    let db = Database::open(name)
+        .with_version(2u32)
+        .with_on_upgrade_needed(|_, db| {
+            let rows = db.create_object_store("rows_v2").build()?;
+            rows.create_index("table", KeyPath::One("table")).with_unique(false).build()?;
+            rows.create_index("bucket", KeyPath::One("bucket")).with_unique(false).build()?;
+            rows.create_index("eq", KeyPath::One("eq")).with_unique(false).with_multi_entry(true).build()?;
+            for store in ["outbox", "dead", "staging", "meta"] {
+                db.create_object_store(store).build()?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let tx = db.transaction(["rows_v2", "outbox", "meta"]).with_mode(TransactionMode::Readwrite).build().unwrap();
+    let pk = format!("{user}.old");
+    let row = json!({"table": "todos", "pk": pk, "bucket": null, "base": null, "visible": {"id": pk, "title": "pending"}});
+    let key: JsValue = Array::of2(&"todos".into(), &pk.as_str().into()).into();
+    tx.object_store("rows_v2").unwrap().put(to_js(&row)).with_key(key).primitive().unwrap().await.unwrap();
+    let client_id = random_id();
+    let entry = json!({"seq": 1, "id": random_id(), "table": "todos", "pk": pk, "op": "upsert",
+                       "columns": {"id": pk, "title": "pending"}, "hlc": format!("{:013}-0000-{client_id}", 1_733_200_000_000i64),
+                       "read_seq": 0, "created_at": 1733200000000i64});
+    tx.object_store("outbox").unwrap().put(to_js(&entry)).with_key(JsValue::from(1)).primitive().unwrap().await.unwrap();
+    let meta_store = tx.object_store("meta").unwrap();
+    let meta = json!({"client_id": client_id, "next_seq": 2, "checkpoint": {"cursor": null, "horizon": 0, "committed_at": null},
+                      "counters": {"applied": 7, "rejected": 0, "skipped": 0, "delayed": 0, "dead_lettered": 0},
+                      "hlc_last": null, "slice_limit": null});
+    for (key, record) in [("meta", meta), ("sync", json!({"version": 4, "leader": null})), ("indexes", json!({"todos": ["title"]})), ("tokenForm", json!(2))] {
+        meta_store.put(to_js(&record)).with_key(JsValue::from(key)).primitive().unwrap().await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    db.close();
+}
+
+/// The `seq`s of the pending writes.
+fn pending_seqs(client: &KizunaClient) -> Vec<i64> {
+    from_js(client.pending_writes()).as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect()
+}
+
+/// Schema 3 keeps the engine's `meta` record and the declared indexes in the `sync` record. A
+/// database of schema 2 opens with its `meta` taken over: an open that missed it would start the
+/// database afresh, with a new identity and `seq` 1 again, and the next write would take the
+/// pending write's place in the outbox.
+#[wasm_bindgen_test]
+async fn a_database_of_schema_2_opens_with_its_pending_writes_identity_and_counters() {
+    let (name, user) = (format!("v2-{}", random_id()), random_id());
+    schema_2_database(&name, &user).await;
+    let opts = options(&name, &user);
+    let client = open(&opts).await;
+    assert_eq!(pending_seqs(&client), [1]);
+    assert_eq!(from_js(client.status())["applied"], 7);
+    let (old, new) = (format!("{user}.old"), format!("{user}.new"));
+    ok(client.put("todos".into(), new.clone().into(), to_js(&json!({"id": new, "title": "new"})), None)).await;
+    assert_eq!(pending_seqs(&client), [1, 2], "the next write takes the next seq");
+    client.close();
+
+    // Opened again, it is as this version left it; both writes reach the server.
+    let client = open(&opts).await;
+    assert_eq!(pending_seqs(&client), [1, 2]);
+    ok(client.sync()).await;
+    assert_eq!(pending_seqs(&client), Vec::<i64>::new());
+    assert_eq!(from_js(client.status())["applied"], 9);
+    client.close();
+    assert_eq!(server_view(&user, "todos", &old).await["title"], "pending");
+    assert_eq!(server_view(&user, "todos", &new).await["title"], "new");
 }
