@@ -425,14 +425,14 @@ impl Inner {
 
     /// A write step that does not wait for its reads: one round trip of IndexedDB is a third of a
     /// small write's time (the client's requests in raw IndexedDB in Chromium: 1.0 – 1.2 ms read
-    /// first, 0.85 ms queued behind the reads). The step is taken on the engine as it stands, as though no key
-    /// had a stored record beyond the rows the engine holds, and its puts are queued behind the
-    /// reads of the `sync` record (the stamp and the declared indexes) and the keys' records, in one
-    /// transaction. Their
-    /// answers then settle it before it commits: a key found stored has its record made over what
-    /// is stored and put again (`Engine::settle_unread`), a new declaration of indexes puts the
-    /// records again with its tokens, and a stamp another tab moved rolls the transaction back,
-    /// to be stepped again over what that tab wrote (`false`; the engine is reloaded then).
+    /// first, 0.85 ms queued behind the reads). The step is taken on the engine as it stands, as
+    /// though no key had a stored record beyond the rows the engine holds, and its puts are queued
+    /// behind the reads of the `sync` record (the stamp and the declared indexes) and the keys'
+    /// records, in one transaction. Their answers then settle it before it commits: a key found
+    /// stored has its record made over what is stored and put again (`Engine::settle_unread`), a
+    /// new declaration of indexes puts the records (and the `sync` record) again with it, and a
+    /// stamp another tab moved rolls the transaction back, to be stepped again over what that tab
+    /// wrote (`false`; the engine is reloaded then).
     async fn write_unread(&self, t: i64, keys: &[RowKey], writes: Vec<LocalWrite>) -> Result<bool, ClientError> {
         let mut txn = self.store.begin_unread()?;
         let reads = txn.issue_reads(keys)?;

@@ -8,7 +8,7 @@
 //! that every committing step advances and the tab that runs the sync loops: a step that finds the
 //! stamp moved since its engine last saw it reloads the engine's state inside its own transaction
 //! first, and a leader's step that finds another leader named is refused (see `tabs.rs`). It also
-//! holds the engine's `meta` record and the declared indexes (`SyncRecord`), so that a step reads
+//! holds the engine's `meta` record and the declared indexes (`sync_record`), so that a step reads
 //! one record and puts one.
 
 use std::borrow::Cow;
@@ -41,7 +41,7 @@ const DEAD: &str = "dead";
 const STAGING: &str = "staging";
 const META: &str = "meta";
 const ALL: [&str; 5] = [ROWS, OUTBOX, DEAD, STAGING, META];
-/// The `sync` record (`SyncRecord`).
+/// The `sync` record (`sync_record`).
 const SYNC_KEY: &str = "sync";
 /// Schema 2's records of the engine's meta and of the declared indexes, apart from `sync`: folded
 /// into it by the first open of schema 3 (`Store::settle`).

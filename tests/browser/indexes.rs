@@ -119,22 +119,32 @@ async fn a_bad_declaration_is_refused() {
     assert_eq!(error_code(&refused), "INVALID_ARGUMENT");
 }
 
-/// Writes a database as schema 1 stored it: rows (with both `base` and `visible`) in `rows`, a
-/// pending write in `outbox`, the engine's `meta`.
-pub(crate) async fn schema_1_database(name: &str, user: &str) {
-    let db = Database::open(name)
-        .with_version(1u32)
-        .with_on_upgrade_needed(|_, db| {
-            let rows = db.create_object_store("rows").build()?;
+/// Creates database `name` with the stores of an earlier `schema` (1 or 2): the rows in `rows`
+/// (schema 2: `rows_v2`, with the `eq` index of declared indexes), `outbox`, `dead`, `staging` and
+/// `meta`.
+pub(crate) async fn earlier_schema(name: &str, schema: u32) -> Database {
+    Database::open(name)
+        .with_version(schema)
+        .with_on_upgrade_needed(move |_, db| {
+            let rows = db.create_object_store(if schema == 1 { "rows" } else { "rows_v2" }).build()?;
             rows.create_index("table", KeyPath::One("table")).with_unique(false).build()?;
             rows.create_index("bucket", KeyPath::One("bucket")).with_unique(false).build()?;
+            if schema == 2 {
+                rows.create_index("eq", KeyPath::One("eq")).with_unique(false).with_multi_entry(true).build()?;
+            }
             for store in ["outbox", "dead", "staging", "meta"] {
                 db.create_object_store(store).build()?;
             }
             Ok(())
         })
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Writes a database as schema 1 stored it: rows (with both `base` and `visible`) in `rows`, a
+/// pending write in `outbox`, the engine's `meta`.
+pub(crate) async fn schema_1_database(name: &str, user: &str) {
+    let db = earlier_schema(name, 1).await;
     let tx = db.transaction(["rows", "outbox", "meta"]).with_mode(TransactionMode::Readwrite).build().unwrap();
     let key = |pk: &str| -> JsValue { Array::of2(&"todos".into(), &pk.into()).into() };
     let rows = tx.object_store("rows").unwrap();

@@ -8,14 +8,13 @@ use futures_util::future::{select, Either};
 use indexed_db_futures::database::Database;
 use indexed_db_futures::prelude::*;
 use indexed_db_futures::transaction::TransactionMode;
-use indexed_db_futures::KeyPath;
 use js_sys::Array;
 use kizunasync::KizunaClient;
 use serde_json::json;
 use wasm_bindgen::JsValue;
 use wasm_bindgen_test::wasm_bindgen_test;
 
-use crate::indexes::schema_1_database;
+use crate::indexes::{earlier_schema, schema_1_database};
 use crate::support::*;
 
 /// What `work` gives within `ms`, or `None` when it is still pending then.
@@ -80,20 +79,7 @@ async fn a_newer_version_opening_the_database_is_let_in_and_this_client_says_why
 /// the `sync` stamp, the engine's `meta` record (the next `seq` is 2, seven writes applied) and the
 /// declared indexes as records of their own.
 async fn schema_2_database(name: &str, user: &str) {
-    let db = Database::open(name)
-        .with_version(2u32)
-        .with_on_upgrade_needed(|_, db| {
-            let rows = db.create_object_store("rows_v2").build()?;
-            rows.create_index("table", KeyPath::One("table")).with_unique(false).build()?;
-            rows.create_index("bucket", KeyPath::One("bucket")).with_unique(false).build()?;
-            rows.create_index("eq", KeyPath::One("eq")).with_unique(false).with_multi_entry(true).build()?;
-            for store in ["outbox", "dead", "staging", "meta"] {
-                db.create_object_store(store).build()?;
-            }
-            Ok(())
-        })
-        .await
-        .unwrap();
+    let db = earlier_schema(name, 2).await;
     let tx = db.transaction(["rows_v2", "outbox", "meta"]).with_mode(TransactionMode::Readwrite).build().unwrap();
     let pk = format!("{user}.old");
     let row = json!({"table": "todos", "pk": pk, "bucket": null, "base": null, "visible": {"id": pk, "title": "pending"}});
