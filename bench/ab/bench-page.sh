@@ -11,21 +11,8 @@
 # aside before building the other). Needs `make bench` or `make test` to have set up the tools once.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -ge 2 ] || { echo "usage: $0 PKG_DIR_A PKG_DIR_B [ROUNDS] [PARTS]" >&2; exit 2; }
-pkg_a=$(realpath "$1"); pkg_b=$(realpath "$2"); rounds=${3:-5}; parts=${4:-local_write}
-for p in "$pkg_a" "$pkg_b"; do
-  [ -f "$p/kizunasync_bg.wasm" ] || { echo "$p holds no built package" >&2; exit 2; }
-done
-source scripts/lib.sh
-cargo build -q --release -p kizuna-server
-export KIZUNA_SERVER=target/release/kizuna-server KIZUNA_PG_FSYNC=on
-ensure_database ab
-db=$(fresh_database kizuna_ab_page)
-DATABASE_URL="$db" start_gateway --www bench/browser --pkg "$pkg_a" --dev-tokens --reap-interval 0 --cross-origin-isolated \
-  --init-sql server/sql/examples/todos.sql
-url_a=$gateway_url
-DATABASE_URL="$db" start_gateway --www bench/browser --pkg "$pkg_b" --dev-tokens --reap-interval 0 --cross-origin-isolated
-url_b=$gateway_url
+AB_MORE_ARGS="[PARTS]" AB_GATEWAY_FLAGS="--cross-origin-isolated" source bench/ab/gateways.sh
+rounds=${3:-5}; parts=${4:-local_write}
 for round in $(seq 1 "$rounds"); do
   for side in A B; do
     url=$url_a; [ "$side" = B ] && url=$url_b
