@@ -215,7 +215,7 @@ impl Inner {
                 return Err(e);
             }
         };
-        txn.put_stamp(&stamp)?;
+        txn.put_stamp(&stamp);
         txn.commit().await?;
         self.version.set(stamp.version);
         self.leader_named.replace(stamp.leader);
@@ -293,9 +293,11 @@ impl Inner {
     /// The events that say what became of writes are kept with the commit until they are told
     /// (`WriteTxn::put_unheard`).
     async fn finish(&self, txn: WriteTxn<'_>, tx: &Transaction) -> Result<(), ClientError> {
-        let queued = txn.apply(&tx.ops).and_then(|()| if tx.ops.is_empty() { Ok(()) } else { txn.put_stamp(&txn.stamp.next()) });
-        if let Err(e) = queued {
+        if let Err(e) = txn.apply(&tx.ops) {
             return Err(self.undo(txn, e).await);
+        }
+        if !tx.ops.is_empty() {
+            txn.put_stamp(&txn.stamp.next());
         }
         self.seal(txn, tx).await
     }
@@ -430,9 +432,10 @@ impl Inner {
     /// behind the reads of the `sync` record (the stamp and the declared indexes) and the keys'
     /// records, in one transaction. Their answers then settle it before it commits: a key found
     /// stored has its record made over what is stored and put again (`Engine::settle_unread`), a
-    /// new declaration of indexes puts the records (and the `sync` record) again with it, and a
-    /// stamp another tab moved rolls the transaction back, to be stepped again over what that tab
-    /// wrote (`false`; the engine is reloaded then).
+    /// new declaration of indexes puts the records again with its tokens, and a stamp another tab
+    /// moved rolls the transaction back, to be stepped again over what that tab wrote (`false`;
+    /// the engine is reloaded then). The `sync` record is put as the step commits, over what the
+    /// read found.
     async fn write_unread(&self, t: i64, keys: &[RowKey], writes: Vec<LocalWrite>) -> Result<bool, ClientError> {
         let mut txn = self.store.begin_unread()?;
         let reads = txn.issue_reads(keys)?;
@@ -445,10 +448,8 @@ impl Inner {
                 return Err(e.into());
             }
         };
-        // The stamp this step commits, put before the record is read: the same version names the
-        // same leader, as only a step that advances the version writes it.
-        let known = SyncStamp { version: self.version.get(), leader: self.leader_named.borrow().clone() };
-        let answered = match txn.apply(&tx.ops).and_then(|()| txn.put_stamp(&known.next())) {
+        let known = self.version.get();
+        let answered = match txn.apply(&tx.ops) {
             Ok(()) => reads.answered(&self.store).await,
             Err(e) => Err(e),
         };
@@ -456,7 +457,7 @@ impl Inner {
             Ok(answered) => answered,
             Err(e) => return Err(self.undo(txn, e).await),
         };
-        if txn.stamp.version != known.version || self.reloads.get() != reloads {
+        if txn.stamp.version != known || self.reloads.get() != reloads {
             // The engine stepped over a state another tab has moved on from (the step taken again
             // finds the stamp moved and reloads it), or it was reloaded under the step (a failed
             // step's `recover` between the step and its answers): what it wrote is no longer there.
@@ -464,12 +465,10 @@ impl Inner {
             return Ok(false);
         }
         let again = self.engine.borrow_mut().settle_unread(&tx, &answered.found, answered.indexes_changed);
-        // The record put before the read names the leader this tab knew and carries the
-        // declaration it knew: put again when either moved.
-        let restamp = txn.stamp.leader != known.leader || answered.indexes_changed;
-        if let Err(e) = txn.apply(&again).and_then(|()| if restamp { txn.put_stamp(&txn.stamp.next()) } else { Ok(()) }) {
+        if let Err(e) = txn.apply(&again) {
             return Err(self.undo(txn, e).await);
         }
+        txn.put_stamp(&txn.stamp.next());
         self.seal(txn, &tx).await?;
         Ok(true)
     }

@@ -320,16 +320,16 @@ impl Store {
         let tx = self.transaction_over(if legacy { vec![LEGACY_ROWS, ROWS, META] } else { vec![ROWS, META] }, TransactionMode::Readwrite)?;
         let meta = store(&tx, META)?;
         let found = get(&meta, SYNC_KEY.into()).await?;
+        let read = |name| found.as_ref().and_then(|r| sync_field(r, name));
+        let (mut state, mut declared) = (read("meta"), read("indexes"));
         let mut folded = false;
-        let mut fields = [("meta", found.as_ref().and_then(|r| sync_field(r, "meta"))), ("indexes", found.as_ref().and_then(|r| sync_field(r, "indexes")))];
-        for ((_, field), legacy_key) in fields.iter_mut().zip([LEGACY_META_KEY, LEGACY_INDEXES_KEY]) {
+        for (field, legacy_key) in [(&mut state, LEGACY_META_KEY), (&mut declared, LEGACY_INDEXES_KEY)] {
             if let Some(value) = get(&meta, legacy_key.into()).await? {
                 field.get_or_insert(value);
                 drop(meta.delete(JsValue::from_str(legacy_key)).primitive().map_err(failed)?);
                 folded = true;
             }
         }
-        let [(_, state), (_, mut declared)] = fields;
         let before: Indexes = declared.clone().map(from_js).transpose()?.unwrap_or_default();
         let own = self.indexes.borrow().clone();
         let mut retoken = crate::indexes::changed_tables(&before, &own);
@@ -450,12 +450,6 @@ impl Store {
         Ok(())
     }
 
-    /// The declared indexes as the `sync` record holds them (none declared: absent).
-    fn declaration(&self) -> Result<Option<JsValue>, ClientError> {
-        let indexes = self.indexes.borrow();
-        if indexes.is_empty() { Ok(None) } else { to_js(&*indexes).map(Some) }
-    }
-
     /// The records of `table`'s rows, as the browser read them (see `records_where`): through the
     /// database's declared index of the first condition of `conditions` it has one for, else all
     /// of the table's. The declaration is read in the same transaction, beside the read through
@@ -566,12 +560,10 @@ pub struct WriteTxn<'a> {
     /// The `sync` record as this transaction found it (`None`: there was none, or its read is not
     /// answered yet): what a put of the record does not change is put back as it was read.
     found: Option<JsValue>,
-    /// The engine's `meta` record as the step's last `PutMeta` gave it, put with the stamp.
+    /// The engine's `meta` record as the step's last `PutMeta` gave it.
     meta: std::cell::RefCell<Option<JsValue>>,
-    /// The stamp of the `sync` record this transaction last put, and whether that put holds the
-    /// step's meta: not when a `PutMeta` came after it, or when it had none to carry (`commit`
-    /// then puts the record again).
-    last_put: std::cell::RefCell<Option<(SyncStamp, bool)>>,
+    /// The stamp the `sync` record is put with as the transaction commits (`put_stamp`).
+    new_stamp: std::cell::RefCell<Option<SyncStamp>>,
     /// Its changes to the pages staged in memory, carried out when it commits.
     staging: std::cell::RefCell<Vec<StagingChange>>,
     /// Counts it open until it has committed or been dropped (after `tx`, which it outlives).
@@ -658,7 +650,7 @@ impl<'a> WriteTxn<'a> {
             stamp: SyncStamp::default(),
             found: None,
             meta: Default::default(),
-            last_put: Default::default(),
+            new_stamp: Default::default(),
             staging: Default::default(),
             _open: open,
         }
@@ -676,25 +668,27 @@ impl<'a> WriteTxn<'a> {
         load_state(&self.tx, self.found.as_ref()).await
     }
 
-    /// Puts the `sync` record with `stamp`: with the meta of the step's last `PutMeta`, else the
-    /// one read; with the declaration of indexes read, else (its read not answered) the one this
-    /// tab knows. The last put wins when the transaction commits.
-    pub fn put_stamp(&self, stamp: &SyncStamp) -> Result<(), ClientError> {
-        let read = |name| self.found.as_ref().and_then(|r| sync_field(r, name));
-        let meta = self.meta.borrow().clone().or_else(|| read("meta"));
-        let indexes = if self.found.is_some() { read("indexes") } else { self.store.declaration()? };
-        let record = sync_record(stamp, meta.as_ref(), indexes.as_ref());
-        drop(store(&self.tx, META)?.put(record).with_key(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?);
-        *self.last_put.borrow_mut() = Some((stamp.clone(), meta.is_some()));
-        Ok(())
+    /// Replaces the `sync` record's stamp with `stamp` when the transaction commits.
+    pub fn put_stamp(&self, stamp: &SyncStamp) {
+        *self.new_stamp.borrow_mut() = Some(stamp.clone());
     }
 
     /// Keeps the engine's `meta` record for the `sync` record's put (`PutMeta`).
     fn put_meta(&self, record: JsValue) {
         *self.meta.borrow_mut() = Some(record);
-        if let Some((_, whole)) = self.last_put.borrow_mut().as_mut() {
-            *whole = false;
-        }
+    }
+
+    /// Puts the `sync` record once, as the transaction commits, when the step gave it a stamp or a
+    /// meta: the stamp given, else the one found; the meta of the step's last `PutMeta`, else the
+    /// one found; the declaration of indexes found. Its read is answered by then, also for a write
+    /// that queued its puts before it (`issue_reads`).
+    fn put_sync_record(&self) -> Result<(), ClientError> {
+        let meta = self.meta.borrow().clone();
+        let Some(stamp) = self.new_stamp.borrow().clone().or_else(|| meta.is_some().then(|| self.stamp.clone())) else { return Ok(()) };
+        let read = |name| self.found.as_ref().and_then(|r| sync_field(r, name));
+        let record = sync_record(&stamp, meta.or_else(|| read("meta")).as_ref(), read("indexes").as_ref());
+        drop(store(&self.tx, META)?.put(record).with_key(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?);
+        Ok(())
     }
 
     /// The stored records of `keys` that exist.
@@ -802,18 +796,9 @@ impl<'a> WriteTxn<'a> {
         true
     }
 
-    /// Resolves once everything queued is durable. A `sync` record put before the step's last
-    /// `PutMeta`, or before there was a meta to carry, is put again with its stamp (none put: the
-    /// stamp found, for a step that changed only the meta).
+    /// Puts the `sync` record (`put_sync_record`) and resolves once everything queued is durable.
     pub async fn commit(self) -> Result<(), ClientError> {
-        let again = match self.last_put.borrow().as_ref() {
-            Some((stamp, false)) => Some(stamp.clone()),
-            None if self.meta.borrow().is_some() => Some(self.stamp.clone()),
-            _ => None,
-        };
-        if let Some(stamp) = again {
-            self.put_stamp(&stamp)?;
-        }
+        self.put_sync_record()?;
         self.tx.commit().await.map_err(failed)?;
         let mut staged = self.store.staged.borrow_mut();
         for change in self.staging.into_inner() {

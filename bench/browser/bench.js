@@ -43,11 +43,11 @@ function rawPut(db, records) {
 // The floor of the client's own design, in raw IndexedDB: the requests a write step makes, with
 // records of the client's shapes, in one transaction over the client's five stores. The `sync`
 // record (its stamp: did another tab commit?; the declared indexes) and each written key's row (an
-// upsert assigns the columns it names over the stored row) are read; then the rows, the outbox
-// entries and the `sync` record, which carries the engine's `meta`, are put. A step of fewer than 32 rows queues its puts behind
-// its reads without waiting for them (src/runner.rs, `write_unread`); a larger one waits, and
-// asks first for the stored keys in the range of its keys, then reads those rows
-// (src/row_reads.rs). The client's ratio to this floor is its own cost; the floor's ratio to
+// upsert assigns the columns it names over the stored row) are read; then the rows and the outbox
+// entries are put, and the `sync` record, which carries the engine's `meta`, once the reads are
+// answered. A step of fewer than 32 rows queues its rows' and entries' puts behind its reads
+// without waiting for them (src/runner.rs, `write_unread`); a larger one waits, and asks first for
+// the stored keys in the range of its keys, then reads those rows (src/row_reads.rs). The client's ratio to this floor is its own cost; the floor's ratio to
 // rawPut is what its design adds to the two puts.
 const STORES = ["rows", "outbox", "meta", "dead", "staging"];
 function floorDb(name) {
@@ -78,10 +78,10 @@ async function floorWrite(db, records, version) {
     tx.objectStore("outbox").put({ seq: i, id: crypto.randomUUID(), table: "todos", pk: r.id, op: "upsert", columns: r, hlc, read_seq: 0,
       created_at: Date.now() }, i);
   }
+  await unread;
   meta.put({ version, leader: "00000000-0000-4000-8000-000000000000", meta: { client_id: "00000000-0000-4000-8000-000000000000",
     next_seq: records.length + 1, checkpoint: { cursor: null, horizon: 0, committed_at: null, buckets: null },
     counters: { applied: 0, rejected: 0, skipped: 0, delayed: 0, dead_lettered: 0 }, hlc_last: hlc, slice_limit: null } }, "sync");
-  await unread;
   return done(tx);
 }
 
