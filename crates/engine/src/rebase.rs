@@ -26,6 +26,19 @@ pub fn apply_op(row: Option<Row>, op: Op, columns: Option<&Row>) -> Option<Row> 
     }
 }
 
+/// `apply_op` with the write's columns given up: an upsert over no row becomes those columns
+/// without a copy (a verdict folding a new row into its base).
+pub fn apply_owned(row: Option<Row>, op: Op, columns: Option<Row>) -> Option<Row> {
+    match (op, row) {
+        (Op::Delete, _) => None,
+        (_, None) => Some(columns.unwrap_or_default()),
+        (_, Some(mut merged)) => {
+            merged.extend(columns.unwrap_or_default());
+            Some(merged)
+        }
+    }
+}
+
 /// Replays `pending` (already in seq order) over `base`.
 pub fn replay<'a>(base: Option<&Row>, pending: impl IntoIterator<Item = &'a OutboxEntry>) -> Option<Row> {
     pending.into_iter().fold(base.cloned(), |row, entry| apply_op(row, entry.op, entry.columns.as_ref()))
@@ -58,5 +71,17 @@ mod tests {
         assert_eq!(apply_op(None, Op::Upsert, Some(&row(json!({"c": 4})))), Some(row(json!({"c": 4}))));
         assert_eq!(apply_op(Some(base), Op::Delete, None), None);
         assert_eq!(apply_op(None, Op::Patch, Some(&row(json!({"b": 3})))), Some(row(json!({"b": 3}))));
+    }
+
+    #[test]
+    fn apply_owned_yields_what_apply_op_yields() {
+        let base = row(json!({"a": 1, "b": 2}));
+        for op in [Op::Upsert, Op::Patch, Op::Delete] {
+            for over in [None, Some(base.clone())] {
+                for columns in [None, Some(row(json!({"b": 3, "c": 4})))] {
+                    assert_eq!(apply_owned(over.clone(), op, columns.clone()), apply_op(over.clone(), op, columns.as_ref()));
+                }
+            }
+        }
     }
 }

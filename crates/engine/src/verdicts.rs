@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use kizuna_protocol::{PushResponse, Verdict, VerdictStatus};
 
 use crate::engine::Engine;
-use crate::rebase::apply_op;
-use crate::records::{Millis, RowKey, RowRecord};
+use crate::rebase::apply_owned;
+use crate::records::{Millis, OutboxEntry, RowKey, RowRecord};
 use crate::transaction::{ChangeOrigin, Event, StoreOp, Transaction};
 
 impl Engine {
@@ -99,19 +99,28 @@ impl Engine {
         let mut compensated: Vec<RowKey> = Vec::new();
         let mut unanswered = 0usize;
 
-        for seq in in_flight.seqs() {
-            let Some(sent) = self.outbox.get(&seq) else { continue };
-            let verdict = response.verdicts.iter().find(|v| v.id == sent.id);
+        // The server answers in the request's order. While every verdict so far stood at its
+        // mutation's place, the one at this place is also the first with its id (the ids of a
+        // slice differ); otherwise the first with the id is searched for (a slice of 256 searched
+        // for each of its verdicts).
+        let mut in_order = true;
+        for (n, seq) in in_flight.seqs().enumerate() {
+            let Some(sent) = self.outbox.get(&seq) else {
+                in_order = false;
+                continue;
+            };
+            let at_place = response.verdicts.get(n).filter(|v| in_order && v.id == sent.id);
+            in_order = at_place.is_some();
+            let verdict = at_place.or_else(|| response.verdicts.iter().find(|v| v.id == sent.id));
             if let Some(canonical) = verdict.and_then(|v| Self::respelling(v, &sent.pk)) {
                 let (from, to) = (sent.key(), RowKey::new(sent.table.clone(), canonical));
                 self.respell(&from, &to, &mut tx);
                 touched.push(from);
             }
-            let Some(entry) = self.outbox.get(&seq).cloned() else { continue };
-            let key = entry.key();
+            let Some(key) = self.outbox.get(&seq).map(OutboxEntry::key) else { continue };
             match verdict.map(|v| (v.status, v)) {
                 Some((VerdictStatus::Applied | VerdictStatus::Skipped, v)) => {
-                    self.outbox.remove(&seq);
+                    let mut entry = self.outbox.remove(&seq).expect("live");
                     tx.ops.push(StoreOp::DeleteOutbox(seq));
                     if v.status == VerdictStatus::Applied {
                         self.meta.counters.applied += 1;
@@ -125,23 +134,22 @@ impl Engine {
                     // SKIPPED write names no commit, so only a pull can say what the row is now.
                     match v.seq.filter(|_| v.status == VerdictStatus::Applied) {
                         Some(seq) if seq > self.meta.checkpoint.horizon => {
-                            let mut record = self.mirrored(&key);
                             let outside = self.outside_buckets(v.bucket.as_deref());
-                            record.base = if outside { None } else { apply_op(record.base.take(), entry.op, entry.columns.as_ref()) };
+                            let record = self.rows.entry(key.clone()).or_insert_with(|| RowRecord::empty(&key));
+                            record.base = if outside { None } else { apply_owned(record.base.take(), entry.op, entry.columns.take()) };
                             // Placed in its bucket now, so bucket queries keep finding the app's
                             // own row between this verdict and the pull that brings it.
                             if v.bucket.is_some() || record.base.is_none() {
                                 record.bucket = v.bucket.clone();
                             }
-                            self.rows.insert(key.clone(), record);
                         }
                         _ => self.pull.requested = true,
                     }
-                    touched.push(key);
-                    tx.events.push(Event::Applied { id: entry.id, key: entry.key(), seq: v.seq, bucket: v.bucket.clone() });
+                    touched.push(key.clone());
+                    tx.events.push(Event::Applied { id: entry.id, key, seq: v.seq, bucket: v.bucket.clone() });
                 }
                 Some((VerdictStatus::Rejected, v)) if v.reason.is_some() => {
-                    self.outbox.remove(&seq);
+                    let entry = self.outbox.remove(&seq).expect("live");
                     tx.ops.push(StoreOp::DeleteOutbox(seq));
                     self.meta.counters.rejected += 1;
                     // A first refusal's row is the server's row now; a replayed one was recorded
@@ -194,15 +202,16 @@ impl Engine {
         let mut remote_changes = Vec::new();
         let all: std::collections::BTreeSet<RowKey> = touched.iter().chain(&compensated).cloned().collect();
         for key in all {
-            let record = self.mirrored(&key);
-            let before = record.visible.clone();
+            // Taken out, not cloned: `settle_row` puts it back while the key is still tracked.
+            let mut record = self.rows.remove(&key).unwrap_or_else(|| RowRecord::empty(&key));
+            let before = record.visible.take();
             let op = self.settle_row(record);
-            let after = match &op {
-                StoreOp::PutRow(r) => r.visible.clone(),
-                _ => None,
+            let changed = match &op {
+                StoreOp::PutRow(r) => r.visible != before,
+                _ => before.is_some(),
             };
             tx.ops.push(op);
-            if after != before && !compensated.contains(&key) {
+            if changed && !compensated.contains(&key) {
                 remote_changes.push(key);
             }
         }
