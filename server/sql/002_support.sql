@@ -102,6 +102,45 @@ begin
 end
 $$;
 
+-- True when a key column's equality is its text's: two values of the column are equal exactly
+-- when `kizuna.key_text` spells them alike (text, varchar and char with a deterministic collation,
+-- uuid, integers, boolean, date). Otherwise (numeric: 1.0 = 1.00; citext: 'Ann' = 'ann'; a
+-- nondeterministic collation; a domain; any other type) one row answers to several spellings.
+create or replace function kizuna.key_is_exact(rel regclass, col name) returns boolean language sql stable as $$
+  select coalesce((
+    select y.typname in ('text', 'varchar', 'bpchar', 'uuid', 'int2', 'int4', 'int8', 'bool', 'date')
+           and coalesce((select l.collisdeterministic from pg_collation l where l.oid = a.attcollation), true)
+      from pg_attribute a join pg_type y on y.oid = a.atttypid
+     where a.attrelid = rel and a.attname = col and a.attnum > 0 and not a.attisdropped), false)
+$$;
+
+-- The key of the row `key` names, as that row spells it: for a column whose equality is coarser
+-- than its text (`kizuna.key_is_exact`), a write of 1.00 lands on the row stored as 1.0, whose key
+-- the capture trigger, so the change log and every pull, spell 1.0. Naming the key as the row does
+-- keeps one key for one row in the key locks, the column versions and the verdict (which moves the
+-- writer's row there; it kept a row under 1.00 that no pull ever brought or removed). `key` as
+-- given when no row the caller may see has it (a new row is stored as written), or when reading it
+-- fails other than by the server's fault.
+create or replace function kizuna.stored_key(rel regclass, col name, key_type text, key text) returns text
+language plpgsql stable as $$
+declare
+  found text;
+begin
+  if key is null or kizuna.key_is_exact(rel, col) then
+    return key;
+  end if;
+  begin
+    execute format('select t.%1$I::text from %2$s t where t.%1$I = cast($1 as %3$s) limit 1', col, rel, key_type)
+      into found using key;
+  exception when others then
+    if kizuna.is_server_fault(sqlstate) then
+      raise;
+    end if;
+  end;
+  return coalesce(found, key);
+end
+$$;
+
 -- The row as the caller's SELECT policy renders it, or null.
 create or replace function kizuna.render_row(rel regclass, pk_column name, pk text) returns jsonb
 language plpgsql stable as $$

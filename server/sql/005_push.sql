@@ -523,6 +523,9 @@ begin
                    where not writable ? k order by k limit 1),
                  'the key column differs from the key'));
     end if;
+  end if;
+  key := kizuna.stored_key(t.rel, t.pk_column, key_type, key);
+  if op <> 'delete' then
     cols := cols || jsonb_build_object(t.pk_column, key);
   end if;
 
@@ -717,7 +720,8 @@ begin
   -- writer keeps the server's row under the key a pull brings it under: the key's text as the
   -- change log holds it (kizuna.key_text), not as the row renders it (a timestamp renders with a
   -- `T` in JSON and without one as text).
-  k := kizuna.key_text(kizuna.column_type(t.rel, t.pk_column), m ->> 'pk');
+  k := kizuna.column_type(t.rel, t.pk_column);
+  k := kizuna.stored_key(t.rel, t.pk_column, k, kizuna.key_text(k, m ->> 'pk'));
   if k is distinct from m ->> 'pk' and k is not null then
     v := v || jsonb_build_object('pk', k);
   end if;

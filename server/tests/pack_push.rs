@@ -255,6 +255,62 @@ async fn a_verdict_names_the_key_in_its_one_spelling_when_it_was_sent_in_another
     assert_eq!((statuses(&r), &r["verdicts"][0]["pk"]), (vec!["REJECTED:CONSTRAINT_VIOLATION".to_string()], &json!(logged)), "{r}");
 }
 
+/// A key whose equality is coarser than its text (numeric 1.0 = 1.00, citext 'Ann' = 'ann') is named
+/// as the row that holds it spells it: a write in another spelling lands on that row, and its
+/// verdict names the row's key, the one the change log and so every pull name. The verdict named
+/// the key as written, and the writer kept a row under it that no pull ever brought or removed,
+/// beside the one pulled under the row's spelling.
+#[tokio::test]
+async fn a_key_equal_to_a_stored_key_in_another_spelling_is_named_as_its_row_spells_it() {
+    let db = TestDb::new().await;
+    db.owned_table("prices", "id numeric primary key, label text check (label <> 'refused')", "").await;
+    let alice = Caller::user(ALICE);
+    let upsert = |seq: i64, key: &str, label: &str| mutation(seq, "prices", key, "upsert", json!({"label": label}));
+    let pks = |r: &Value| r["verdicts"].as_array().unwrap().iter().map(|v| v["pk"].clone()).collect::<Vec<Value>>();
+    let logged = || db.one::<Value>("select jsonb_agg(pk order by pk) from kizuna.changes where tbl = 'prices'");
+
+    let r = db.push(&alice, push_request(DEVICE, vec![upsert(1, "1.0", "a")])).await.unwrap();
+    assert_eq!((statuses(&r), pks(&r)), (vec!["APPLIED".to_string()], vec![Value::Null]), "{r}");
+    let r = db.push(&alice, push_request(DEVICE, vec![upsert(2, "1.00", "b")])).await.unwrap();
+    assert_eq!((statuses(&r), pks(&r)), (vec!["APPLIED".to_string()], vec![json!("1.0")]), "{r}");
+    assert_eq!(db.one::<String>("select label from public.prices where id = 1").await, "b");
+    assert_eq!(logged().await, json!(["1.0"]));
+
+    // Several in one request, a patch and a new key among them.
+    let r = db
+        .push(&alice, push_request(DEVICE, vec![
+            upsert(3, "01.000", "c"),
+            mutation(4, "prices", "1", "patch", json!({"label": "d"})),
+            upsert(5, "2.50", "e"),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(statuses(&r), ["APPLIED", "APPLIED", "APPLIED"], "{r}");
+    assert_eq!(pks(&r), [json!("1.0"), json!("1.0"), Value::Null], "{r}");
+
+    // Refused, with the server's row: the row's key.
+    let r = db.push(&alice, push_request(DEVICE, vec![upsert(6, "1.0000", "refused")])).await.unwrap();
+    assert_eq!(statuses(&r), ["REJECTED:CONSTRAINT_VIOLATION"]);
+    assert_eq!((&r["verdicts"][0]["pk"], &r["verdicts"][0]["server_row"]["label"]), (&json!("1.0"), &json!("d")), "{r}");
+
+    // The key column named too, in the key's spelling; then a delete in a third spelling.
+    let r = db.push(&alice, push_request(DEVICE, vec![mutation(7, "prices", "2.5", "upsert", json!({"id": "2.5", "label": "f"}))])).await.unwrap();
+    assert_eq!((statuses(&r), pks(&r)), (vec!["APPLIED".to_string()], vec![json!("2.50")]), "{r}");
+    let r = db.push(&alice, push_request(DEVICE, vec![mutation(8, "prices", "2.5000", "delete", Value::Null)])).await.unwrap();
+    assert_eq!((statuses(&r), pks(&r)), (vec!["APPLIED".to_string()], vec![json!("2.50")]), "{r}");
+    assert_eq!(db.one::<i64>("select count(*) from public.prices").await, 1);
+    assert_eq!(logged().await, json!(["1.0", "2.50"]), "one key per row in the change log");
+
+    // citext: case does not tell keys apart.
+    db.exec("create extension if not exists citext").await;
+    db.owned_table("handles", "id citext primary key, label text", "").await;
+    let r = db.push(&alice, push_request(DEVICE, vec![mutation(9, "handles", "Ann", "upsert", json!({"label": "x"}))])).await.unwrap();
+    assert_eq!(pks(&r), [Value::Null], "{r}");
+    let r = db.push(&alice, push_request(DEVICE, vec![mutation(10, "handles", "ANN", "upsert", json!({"label": "y"}))])).await.unwrap();
+    assert_eq!((statuses(&r), pks(&r)), (vec!["APPLIED".to_string()], vec![json!("Ann")]), "{r}");
+    assert_eq!(db.one::<Value>("select jsonb_agg(jsonb_build_array(id, label)) from public.handles").await, json!([["Ann", "y"]]));
+}
+
 /// A key longer or finer than its column holds names no row: the wire's text key is cast to the
 /// column's type without its length or precision (an explicit cast to `varchar(8)` cut it to its
 /// first eight characters, and a delete of one key removed another row), alone and in a run of
