@@ -41,7 +41,7 @@ secret="kizuna-browser-test-secret"
 browser_db=$(fresh_database kizuna_browser)
 DATABASE_URL="$browser_db" start_gateway --jwt-secret "$secret" --reap-interval 0 \
   --init-sql server/sql/examples/todos.sql --init-sql server/sql/examples/notes.sql --init-sql server/sql/examples/cards.sql \
-  --init-sql server/sql/examples/tags.sql \
+  --init-sql server/sql/examples/tags.sql --init-sql server/sql/examples/prices.sql \
   --init-sql crates/checker/schema.sql
 KIZUNA_TEST_URL="$gateway_url" KIZUNA_TEST_JWT_SECRET="$secret" CHROMEDRIVER=/usr/bin/chromedriver \
   WASM_BINDGEN_TEST_TIMEOUT=600 runner "browser tests (headless Chromium, real gateway, real PostgreSQL)" \

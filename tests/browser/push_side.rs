@@ -477,6 +477,37 @@ async fn a_partial_write_after_an_applied_one_keeps_its_columns_with_no_pull_bet
     assert_eq!((server["title"].clone(), server["done"].clone()), (json!("second"), json!(true)), "{server}");
 }
 
+/// A numeric key written in another spelling (7.00) over a row pulled as 7.0 is that row: the
+/// verdict names the row's key, the device moves its write there, and no second row is left under
+/// the spelling written. Before, the device kept a second row under 7.00 that no pull brought or
+/// removed (and an upsert in that spelling was refused as `RLS_DENIED`).
+#[wasm_bindgen_test]
+async fn a_numeric_key_written_in_another_spelling_is_one_row_under_the_rows_spelling() {
+    let user = random_id();
+    let other = open(&options(&format!("prices-other-{}", random_id()), &user)).await;
+    ok(other.put("prices".into(), "7.0".into(), to_js(&json!({"label": "theirs"})), None)).await;
+    ok(other.sync()).await;
+    other.close();
+
+    let name = format!("prices-{}", random_id());
+    let client = open(&options(&name, &user)).await;
+    ok(client.sync()).await;
+    assert_eq!(ok(client.get("prices".into(), "7.0".into())).await["label"], "theirs");
+    ok(client.patch("prices".into(), "7.00".into(), to_js(&json!({"label": "mine"})), None)).await;
+    ok(client.sync()).await;
+    assert_eq!(from_js(client.pending_writes()), json!([]));
+    assert_eq!(ok(client.get("prices".into(), "7.0".into())).await["label"], "mine");
+    assert_eq!(ok(client.get("prices".into(), "7.00".into())).await, Value::Null, "none under the spelling written");
+    client.close();
+
+    let reopened = open(&options(&name, &user)).await;
+    ok(reopened.sync()).await;
+    let rows = ok(reopened.query("prices".into(), None)).await;
+    assert_eq!(rows.as_array().map(Vec::len), Some(1), "one row, once, after a reload: {rows}");
+    assert_eq!(rows[0]["label"], "mine", "{rows}");
+    reopened.close();
+}
+
 /// A uuid key written in upper case (Swift's `UUID().uuidString`, an id typed by hand) is one row
 /// under PostgreSQL's spelling: the verdict names it, the device moves its row there with a write
 /// still pending on it, and pulls bring the server's row under the same key. Before, the device
