@@ -718,8 +718,9 @@ begin
   end if;
   -- The key in its one spelling when the write named it in another (as for APPLIED), so the
   -- writer keeps the server's row under the key a pull brings it under: the key's text as the
-  -- change log holds it (kizuna.key_text), not as the row renders it (a timestamp renders with a
-  -- `T` in JSON and without one as text).
+  -- change log holds it (kizuna.key_text, and kizuna.stored_key where the column's equality is
+  -- coarser than its text), not as the row renders it (a timestamp renders with a `T` in JSON and
+  -- without one as text).
   k := kizuna.column_type(t.rel, t.pk_column);
   k := kizuna.stored_key(t.rel, t.pk_column, k, kizuna.key_text(k, m ->> 'pk'));
   if k is distinct from m ->> 'pk' and k is not null then

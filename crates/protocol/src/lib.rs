@@ -123,8 +123,10 @@ pub struct Verdict {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bucket: Option<String>,
     /// The key in its one spelling, when the mutation sent another (an upper-case uuid, a number
-    /// with leading zeros): the server wrote (or rendered `server_row`) under this one, and pulls
-    /// bring the row under it, so the writer moves its row there. Absent when they are the same.
+    /// with leading zeros, or another spelling of a stored key where the column's equality is
+    /// coarser than text: `7.00` for the `numeric` row stored as `7.0`): the server wrote (or
+    /// rendered `server_row`) under this one, and pulls bring the row under it, so the writer
+    /// moves its row there. Absent when they are the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pk: Option<String>,
     /// For `REJECTED`: why, in words an app may show (no internals).
