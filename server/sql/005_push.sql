@@ -702,6 +702,7 @@ declare
   t kizuna.synced_tables;
   r jsonb;
   b text;
+  key_type text;
   k text;
 begin
   if v ->> 'status' <> 'REJECTED' then
@@ -721,8 +722,8 @@ begin
   -- change log holds it (kizuna.key_text, and kizuna.stored_key where the column's equality is
   -- coarser than its text), not as the row renders it (a timestamp renders with a `T` in JSON and
   -- without one as text).
-  k := kizuna.column_type(t.rel, t.pk_column);
-  k := kizuna.stored_key(t.rel, t.pk_column, k, kizuna.key_text(k, m ->> 'pk'));
+  key_type := kizuna.column_type(t.rel, t.pk_column);
+  k := kizuna.stored_key(t.rel, t.pk_column, key_type, kizuna.key_text(key_type, m ->> 'pk'));
   if k is distinct from m ->> 'pk' and k is not null then
     v := v || jsonb_build_object('pk', k);
   end if;
