@@ -10,24 +10,9 @@ use crate::transaction::StoreOp;
 
 /// One write over a row, as the server applies it: upsert creates the row or assigns the columns
 /// it names (the others keep their values), patch assigns the columns it names (over nothing it
-/// yields just those, so the writer reads its own write), delete removes.
-pub fn apply_op(row: Option<Row>, op: Op, columns: Option<&Row>) -> Option<Row> {
-    match op {
-        Op::Delete => None,
-        Op::Upsert | Op::Patch => {
-            let mut merged = row.unwrap_or_default();
-            if let Some(cols) = columns {
-                for (column, value) in cols {
-                    merged.insert(column.clone(), value.clone());
-                }
-            }
-            Some(merged)
-        }
-    }
-}
-
-/// `apply_op` with the write's columns given up: an upsert over no row becomes those columns
-/// without a copy (a verdict folding a new row into its base).
+/// yields just those, so the writer reads its own write), delete removes. The write's columns are
+/// given up: over no row they become the row without a copy (a verdict folding a new row into its
+/// base).
 pub fn apply_owned(row: Option<Row>, op: Op, columns: Option<Row>) -> Option<Row> {
     match (op, row) {
         (Op::Delete, _) => None,
@@ -37,6 +22,11 @@ pub fn apply_owned(row: Option<Row>, op: Op, columns: Option<Row>) -> Option<Row
             Some(merged)
         }
     }
+}
+
+/// `apply_owned` with a write's columns copied (a write that stays pending).
+pub fn apply_op(row: Option<Row>, op: Op, columns: Option<&Row>) -> Option<Row> {
+    apply_owned(row, op, columns.filter(|_| op != Op::Delete).cloned())
 }
 
 /// Replays `pending` (already in seq order) over `base`.
