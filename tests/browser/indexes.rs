@@ -129,7 +129,7 @@ pub(crate) async fn earlier_schema(name: &str, schema: u32) -> Database {
             let rows = db.create_object_store(if schema == 1 { "rows" } else { "rows_v2" }).build()?;
             rows.create_index("table", KeyPath::One("table")).with_unique(false).build()?;
             rows.create_index("bucket", KeyPath::One("bucket")).with_unique(false).build()?;
-            if schema == 2 {
+            if schema >= 2 {
                 rows.create_index("eq", KeyPath::One("eq")).with_unique(false).with_multi_entry(true).build()?;
             }
             for store in ["outbox", "dead", "staging", "meta"] {

@@ -1,6 +1,6 @@
 //! Tabs of two versions of Kizuna on one database: an upgrade never leaves an `open()` hanging,
 //! and an older client lets a newer one in and says why it stops; a database an earlier version
-//! stored opens with its pending writes, its identity and its counters.
+//! stored opens with its pending writes, its identity and its counters, and each table's rows.
 
 use std::future::{Future, IntoFuture};
 
@@ -10,7 +10,7 @@ use indexed_db_futures::prelude::*;
 use indexed_db_futures::transaction::TransactionMode;
 use js_sys::Array;
 use kizunasync::KizunaClient;
-use serde_json::json;
+use serde_json::{json, Value};
 use wasm_bindgen::JsValue;
 use wasm_bindgen_test::wasm_bindgen_test;
 
@@ -61,7 +61,7 @@ async fn a_newer_version_opening_the_database_is_let_in_and_this_client_says_why
     ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "before"})), None)).await;
 
     // A newer version of Kizuna opens the database in another tab, at a later schema.
-    let upgrading = Database::open(name.as_str()).with_version(4u32).with_on_upgrade_needed(|_, _| Ok(()));
+    let upgrading = Database::open(name.as_str()).with_version(5u32).with_on_upgrade_needed(|_, _| Ok(()));
     let newer = within(5_000, upgrading.into_future()).await.expect("this client does not hold up the upgrade").unwrap();
     let err = call(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "after"})), None)).await.unwrap_err();
     assert_eq!(error_code(&err), "STORAGE_UPGRADED");
@@ -132,4 +132,76 @@ async fn a_database_of_schema_2_opens_with_its_pending_writes_identity_and_count
     client.close();
     assert_eq!(server_view(&user, "todos", &old).await["title"], "pending");
     assert_eq!(server_view(&user, "todos", &new).await["title"], "new");
+}
+
+/// Writes a database as schema 3 stored it: rows of two tables (in `todos` one pulled and one
+/// written here, pending; in `notes` one pulled), the pending write, and the `sync` record that
+/// holds the engine's `meta` and the declared indexes.
+async fn schema_3_database(name: &str, user: &str) {
+    let db = earlier_schema(name, 3).await;
+    let tx = db.transaction(["rows_v2", "outbox", "meta"]).with_mode(TransactionMode::Readwrite).build().unwrap();
+    let rows = tx.object_store("rows_v2").unwrap();
+    let bucket = format!("user:{user}");
+    let (pulled, pending, note) = (format!("{user}.pulled"), format!("{user}.pending"), format!("{user}.note"));
+    for (table, pk, bucket, row) in [
+        ("todos", &pulled, json!(bucket), json!({"id": pulled, "title": "pulled"})),
+        ("todos", &pending, json!(null), json!({"id": pending, "title": "pending"})),
+        ("notes", &note, json!(bucket), json!({"id": note, "body": "a note"})),
+    ] {
+        let record = json!({"table": table, "pk": pk, "bucket": bucket, "base": if bucket.is_null() { json!(null) } else { row.clone() }, "visible": row});
+        let key: JsValue = Array::of2(&table.into(), &pk.as_str().into()).into();
+        rows.put(to_js(&record)).with_key(key).primitive().unwrap().await.unwrap();
+    }
+    let client_id = random_id();
+    let entry = json!({"seq": 1, "id": random_id(), "table": "todos", "pk": pending, "op": "upsert",
+                       "columns": {"id": pending, "title": "pending"}, "hlc": format!("{:013}-0000-{client_id}", 1_733_200_000_000i64),
+                       "read_seq": 0, "created_at": 1733200000000i64});
+    tx.object_store("outbox").unwrap().put(to_js(&entry)).with_key(JsValue::from(1)).primitive().unwrap().await.unwrap();
+    let meta = json!({"client_id": client_id, "next_seq": 2, "checkpoint": {"cursor": null, "horizon": 0, "committed_at": null},
+                      "counters": {"applied": 3, "rejected": 0, "skipped": 0, "delayed": 0, "dead_lettered": 0},
+                      "hlc_last": null, "slice_limit": null});
+    let sync = json!({"version": 4, "leader": null, "meta": meta, "indexes": {}});
+    let meta_store = tx.object_store("meta").unwrap();
+    for (key, record) in [("sync", sync), ("tokenForm", json!(2))] {
+        meta_store.put(to_js(&record)).with_key(JsValue::from(key)).primitive().unwrap().await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    db.close();
+}
+
+/// The names of the indexes of the rows' store of database `name`, as it is now.
+async fn row_indexes(name: &str) -> Vec<String> {
+    let db = Database::open(name).await.unwrap();
+    let tx = db.transaction("rows_v2").build().unwrap();
+    let names = tx.object_store("rows_v2").unwrap().index_names().collect();
+    drop(tx);
+    db.close();
+    names
+}
+
+/// Schema 4 reads a table's rows by their key range and drops the `table` index every row put
+/// kept up for nothing. A database of schema 3 opens with each table's rows, and only its own,
+/// its pending write and its counters, and without that index.
+#[wasm_bindgen_test]
+async fn a_database_of_schema_3_opens_with_each_tables_rows_apart_and_without_the_table_index() {
+    let (name, user) = (format!("v3-{}", random_id()), random_id());
+    schema_3_database(&name, &user).await;
+    let client = open(&options(&name, &user)).await;
+    let ids = |rows: Value| rows.as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    let (pulled, pending, note) = (format!("{user}.pulled"), format!("{user}.pending"), format!("{user}.note"));
+    assert_eq!(ids(ok(client.list("todos".into())).await), [pending.clone(), pulled.clone()]);
+    assert_eq!(ids(ok(client.list("notes".into())).await), [note.clone()]);
+    assert_eq!(ids(ok(client.query("todos".into(), Some(to_js(&json!({"where": {"title": "pulled"}}))))).await), [pulled]);
+    assert_eq!(ok(client.list("tags".into())).await, json!([]));
+    assert_eq!(pending_seqs(&client), [1]);
+    assert_eq!(from_js(client.status())["applied"], 3);
+    client.close();
+    assert_eq!(row_indexes(&name).await, ["bucket", "eq"]);
+
+    // Opened again, the pending write reaches the server.
+    let client = open(&options(&name, &user)).await;
+    ok(client.sync()).await;
+    assert_eq!(pending_seqs(&client), Vec::<i64>::new());
+    client.close();
+    assert_eq!(server_view(&user, "todos", &pending).await["title"], "pending");
 }
