@@ -114,13 +114,74 @@ create or replace function kizuna.key_is_exact(rel regclass, col name) returns b
      where a.attrelid = rel and a.attname = col and a.attnum > 0 and not a.attisdropped), false)
 $$;
 
+-- `expr` (SQL text of a text value) as the key column `col` compares it: cast to the column's type,
+-- in the column's collation when that is not its type's. The change log's index of a table's
+-- deleted keys (kizuna.compile_table) and the lookup through it (kizuna.deleted_spelling) spell
+-- it alike, so the planner matches the two; schema-qualified, so the text is the same whatever
+-- the search_path.
+create or replace function kizuna.typed_key(rel regclass, col name, expr text) returns text language sql stable as $$
+  select format('(cast(%s as %I.%I)%s)', expr, tn.nspname, y.typname,
+                case when a.attcollation <> 0 and a.attcollation <> y.typcollation
+                     then (select format(' collate %I.%I', n.nspname, l.collname)
+                             from pg_collation l join pg_namespace n on n.oid = l.collnamespace where l.oid = a.attcollation)
+                     else '' end)
+    from pg_attribute a join pg_type y on y.oid = a.atttypid join pg_namespace tn on tn.oid = y.typnamespace
+   where a.attrelid = rel and a.attname = col and a.attnum > 0 and not a.attisdropped
+$$;
+
+-- The name of the index of the deleted keys of table `rel` (wire name `wire_name`, key column
+-- `col`): named for the table, its wire name and how its key compares, so that compiling again
+-- (every app start registers its tables) builds it only when one of them changed.
+create or replace function kizuna.deleted_index(rel regclass, col name, wire_name text) returns text language sql stable as $$
+  select 'changes_deleted_' || rel::oid::text || '_' || left(md5(wire_name || kizuna.typed_key(rel, col, 'pk')), 8)
+$$;
+
+-- The equality operator of the key column's type (its default btree class's), schema-qualified: a
+-- function whose search_path holds only pg_catalog otherwise compares a citext as text.
+create or replace function kizuna.key_equality(rel regclass, col name) returns text language sql stable as $$
+  select format('operator(%I.%s)', n.nspname, o.oprname)
+    from pg_attribute a
+    join pg_opclass c on c.opcintype = a.atttypid and c.opcdefault and c.opcmethod = (select m.oid from pg_am m where m.amname = 'btree')
+    join pg_amop p on p.amopfamily = c.opcfamily and p.amopstrategy = 3 and p.amoplefttype = c.opcintype and p.amoprighttype = c.opcintype
+    join pg_operator o on o.oid = p.amopopr
+    join pg_namespace n on n.oid = o.oprnamespace
+   where a.attrelid = rel and a.attname = col and a.attnum > 0 and not a.attisdropped
+$$;
+
+-- How the change log spells a deleted key equal to `key` under its column's equality (a tombstone
+-- of `1.0` for `1.00`), or null: a key of coarser equality than its text is found deleted under
+-- any spelling of it. Only a key with no live entry: the spelling of a row the caller may not see
+-- stays unsaid. Through the index kizuna.compile_table makes of the table's deleted keys.
+create or replace function kizuna.deleted_spelling(rel regclass, col name, key text) returns text
+language plpgsql stable security definer set search_path = pg_catalog as $$
+declare
+  wire_name text := (select t.name from kizuna.synced_tables t where t.rel = deleted_spelling.rel);
+  found text;
+begin
+  -- No index: a key whose text is read by the session's settings (timestamptz: TimeZone), which
+  -- no index may hold. Such a key is looked up by its text only, as before.
+  if wire_name is null or to_regclass(format('kizuna.%I', kizuna.deleted_index(rel, col, wire_name))) is null then
+    return null;
+  end if;
+  execute format($q$select c.pk from kizuna.changes c
+                    where c.tbl = %L and c.deleted and %s %s %s
+                      and not exists (select 1 from kizuna.changes l where l.tbl = c.tbl and l.pk = c.pk and not l.deleted)
+                    order by c.seq desc limit 1$q$,
+                 wire_name, kizuna.typed_key(rel, col, 'c.pk'), kizuna.key_equality(rel, col), kizuna.typed_key(rel, col, '$1'))
+    into found using key;
+  return found;
+end
+$$;
+
 -- The key of the row `key` names, as that row spells it: for a column whose equality is coarser
 -- than its text (`kizuna.key_is_exact`), a write of 1.00 lands on the row stored as 1.0, whose key
 -- the capture trigger, so the change log and every pull, spell 1.0. Naming the key as the row does
 -- keeps one key for one row in the key locks, the column versions and the verdict (which moves the
--- writer's row there; it kept a row under 1.00 that no pull ever brought or removed). `key` as
--- given when no row the caller may see has it (a new row is stored as written), or when reading it
--- fails other than by the server's fault.
+-- writer's row there; it kept a row under 1.00 that no pull ever brought or removed). When no row
+-- the caller may see has it, the key as a tombstone of the change log spells it
+-- (kizuna.deleted_spelling), so it is found deleted (an upsert of 1.00 recreated the row deleted
+-- as 1.0); else `key` as given (a new row is stored as written), also when reading fails other
+-- than by the server's fault.
 create or replace function kizuna.stored_key(rel regclass, col name, key_type text, key text) returns text
 language plpgsql stable as $$
 declare
@@ -137,6 +198,15 @@ begin
       raise;
     end if;
   end;
+  if found is null then
+    begin
+      found := kizuna.deleted_spelling(rel, col, key);
+    exception when others then
+      if kizuna.is_server_fault(sqlstate) then
+        raise;
+      end if;
+    end;
+  end if;
   return coalesce(found, key);
 end
 $$;

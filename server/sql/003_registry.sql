@@ -7,7 +7,7 @@
 -- Admin only: EXECUTE is revoked from the API roles (see 007_admin.sql).
 
 -- Bump when the capture template changes: installs recompile every registered table once.
-create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 8';
+create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 9';
 
 create or replace function kizuna.compile_table(table_name text) returns void
 language plpgsql security definer set search_path = pg_catalog, public as $$
@@ -16,6 +16,8 @@ declare
   oid_ text;
   versioned boolean;
   cols_expr text;
+  deleted_index text;
+  stale text;
 begin
   select * into strict t from kizuna.synced_tables where name = table_name;
   oid_ := t.rel::oid::text;
@@ -95,6 +97,26 @@ begin
   -- session_replication_role = replica (so do restores that turn triggers off), where ordinary
   -- triggers do not fire, and clients never heard of those writes.
   execute format('alter table %s enable always trigger kizuna_capture, enable always trigger kizuna_no_truncate', t.rel);
+
+  -- A key of coarser equality than its text (kizuna.key_is_exact) is found deleted under any
+  -- spelling (kizuna.deleted_spelling) through an index of the table's tombstones by the key as
+  -- its column compares it (kizuna.deleted_index names it).
+  deleted_index := kizuna.deleted_index(t.rel, t.pk_column, t.name);
+  for stale in select i.indexname from pg_indexes i
+                where i.schemaname = 'kizuna' and i.indexname like 'changes\_deleted\_' || oid_ || '\_%' and i.indexname <> deleted_index loop
+    execute format('drop index kizuna.%I', stale);
+  end loop;
+  if kizuna.key_is_exact(t.rel, t.pk_column) then
+    execute format('drop index if exists kizuna.%I', deleted_index);
+  else
+    begin
+      execute format('create index if not exists %I on kizuna.changes (%s) where tbl = %L and deleted',
+                     deleted_index, kizuna.typed_key(t.rel, t.pk_column, 'pk'), t.name);
+    exception when invalid_object_definition then
+      -- A key whose text is read by the session's settings (timestamptz): no index may hold it.
+      null;
+    end;
+  end if;
   update kizuna.synced_tables set compiled_version = kizuna.compile_version() where name = t.name;
 end
 $$;
@@ -238,11 +260,16 @@ create or replace function kizuna.unregister_table(tbl regclass) returns void
 language plpgsql security definer set search_path = pg_catalog, public as $$
 declare
   wire_name text := (select name from kizuna.synced_tables where rel = tbl);
+  stale text;
 begin
   execute format('drop trigger if exists kizuna_capture on %s', tbl);
   execute format('drop trigger if exists kizuna_no_truncate on %s', tbl);
   execute format('drop function if exists kizuna.%I()', 'capture_' || tbl::oid::text);
   execute format('drop function if exists kizuna.%I(%s)', 'bucket_' || tbl::oid::text, tbl);
+  for stale in select i.indexname from pg_indexes i
+                where i.schemaname = 'kizuna' and i.indexname like 'changes\_deleted\_' || tbl::oid::text || '\_%' loop
+    execute format('drop index kizuna.%I', stale);
+  end loop;
   delete from kizuna.changes where kizuna.changes.tbl = wire_name;
   delete from kizuna.column_versions where kizuna.column_versions.tbl = wire_name;
   delete from kizuna.synced_tables where rel = tbl;

@@ -8,6 +8,7 @@ use support::db::{call_raw_as, mutation, push_request, statuses, Caller, TestDb}
 
 const ALICE: &str = "a11ce000-0000-4000-8000-000000000001";
 const DEVICE: &str = "c0000000-0000-4000-8000-0000000000a1";
+const OTHER_DEVICE: &str = "c0000000-0000-4000-8000-0000000000a2";
 
 /// What a refused request must leave untouched.
 async fn footprint(db: &TestDb) -> Value {
@@ -309,6 +310,53 @@ async fn a_key_equal_to_a_stored_key_in_another_spelling_is_named_as_its_row_spe
     let r = db.push(&alice, push_request(DEVICE, vec![mutation(10, "handles", "ANN", "upsert", json!({"label": "y"}))])).await.unwrap();
     assert_eq!((statuses(&r), pks(&r)), (vec!["APPLIED".to_string()], vec![json!("Ann")]), "{r}");
     assert_eq!(db.one::<Value>("select jsonb_agg(jsonb_build_array(id, label)) from public.handles").await, json!([["Ann", "y"]]));
+}
+
+/// Delete wins across spellings: a key of coarser equality than its text, deleted in one spelling,
+/// is found deleted in every other. Before, the change log was read by the key's text, so an
+/// upsert of `1.00` after the delete of `1.0` was applied and the row came back.
+#[tokio::test]
+async fn a_key_deleted_in_one_spelling_stays_deleted_in_another() {
+    let db = TestDb::new().await;
+    db.exec("create extension if not exists citext").await;
+    db.owned_table("prices", "id numeric primary key, label text", "").await;
+    db.owned_table("handles", "id citext primary key, label text", "").await;
+    let alice = Caller::user(ALICE);
+    let bucket = format!("user:{ALICE}");
+    let pks = |r: &Value| r["verdicts"].as_array().unwrap().iter().map(|v| v["pk"].clone()).collect::<Vec<Value>>();
+    let upsert = |seq: i64, table: &str, key: &str| mutation(seq, table, key, "upsert", json!({"label": "x"}));
+    let r = db.push(&alice, push_request(DEVICE, vec![upsert(1, "prices", "1.0"), upsert(2, "handles", "Ann")])).await.unwrap();
+    assert_eq!(statuses(&r), ["APPLIED", "APPLIED"], "{r}");
+    let run = support::db::pull_run(db.client(), &alice, DEVICE, None, &[&bucket], 10).await.unwrap();
+    let r = db
+        .push(&alice, push_request(DEVICE, vec![mutation(3, "prices", "1.0", "delete", Value::Null), mutation(4, "handles", "Ann", "delete", Value::Null)]))
+        .await
+        .unwrap();
+    assert_eq!(statuses(&r), ["APPLIED", "APPLIED"], "{r}");
+
+    // Written again in other spellings, by the device that had the rows: the delete wins, and the
+    // verdict names the key as the change log does.
+    let again = |seq: i64, table: &str, key: &str| {
+        let mut m = upsert(seq, table, key);
+        m["read_seq"] = json!(run.horizon);
+        m
+    };
+    let r = db.push(&alice, push_request(DEVICE, vec![again(5, "prices", "1.00"), again(6, "handles", "ANN")])).await.unwrap();
+    assert_eq!(statuses(&r), ["REJECTED:DELETE_WINS", "REJECTED:DELETE_WINS"], "{r}");
+    assert_eq!(pks(&r), [json!("1.0"), json!("Ann")], "{r}");
+    // By another device, which never had them: refused too, as any write to a deleted key is.
+    let r = db.push(&alice, push_request(OTHER_DEVICE, vec![upsert(1, "prices", "01"), upsert(2, "handles", "aNN")])).await.unwrap();
+    assert_eq!(statuses(&r), ["REJECTED:RLS_DENIED", "REJECTED:RLS_DENIED"], "{r}");
+    assert_eq!(db.one::<i64>("select (select count(*) from public.prices) + (select count(*) from public.handles)").await, 0);
+
+    // A key equal to no deleted one is created as written.
+    let r = db.push(&alice, push_request(DEVICE, vec![upsert(7, "prices", "2.50")])).await.unwrap();
+    assert_eq!((statuses(&r), pks(&r)), (vec!["APPLIED".to_string()], vec![Value::Null]), "{r}");
+    // Plain SQL may create a deleted key again; a push in yet another spelling lands on that row.
+    db.exec("insert into public.prices (id, owner, label) values (1.000, 'a11ce000-0000-4000-8000-000000000001', 'sql')").await;
+    let r = db.push(&alice, push_request(DEVICE, vec![upsert(8, "prices", "1")])).await.unwrap();
+    assert_eq!((statuses(&r), pks(&r)), (vec!["APPLIED".to_string()], vec![json!("1.000")]), "{r}");
+    assert_eq!(db.one::<Value>("select jsonb_agg(jsonb_build_array(id::text, label) order by id) from public.prices").await, json!([["1.000", "x"], ["2.50", "x"]]));
 }
 
 /// A key longer or finer than its column holds names no row: the wire's text key is cast to the

@@ -508,6 +508,40 @@ async fn a_numeric_key_written_in_another_spelling_is_one_row_under_the_rows_spe
     reopened.close();
 }
 
+/// Delete wins across spellings: a device that had a row with a numeric key and writes it again in
+/// another spelling (`.50` for `.5`) after another device deleted it does not bring it back. Before,
+/// the pack looked for the key's delete by its text, applied the upsert, and the row returned on
+/// every device.
+#[wasm_bindgen_test]
+async fn a_numeric_key_deleted_elsewhere_stays_deleted_when_written_in_another_spelling() {
+    let user = random_id();
+    let n = (js_sys::Math::random() * 1e9) as u64;
+    let (stored, respelled) = (format!("{n}.5"), format!("{n}.50"));
+    let deleter = open(&options(&format!("prices-deleter-{}", random_id()), &user)).await;
+    ok(deleter.put("prices".into(), stored.clone().into(), to_js(&json!({"label": "first"})), None)).await;
+    ok(deleter.sync()).await;
+    let writer = open(&options(&format!("prices-writer-{}", random_id()), &user)).await;
+    ok(writer.sync()).await;
+    assert_eq!(ok(writer.get("prices".into(), stored.clone().into())).await["label"], "first");
+    ok(deleter.delete("prices".into(), stored.clone().into(), None)).await;
+    ok(deleter.sync()).await;
+
+    let rejected = record(&writer, "rejected");
+    ok(writer.put("prices".into(), respelled.clone().into(), to_js(&json!({"label": "again"})), None)).await;
+    ok(writer.sync()).await;
+    assert_eq!(from_js(writer.pending_writes()), json!([]));
+    assert_eq!(rejected.length(), 1, "the write is refused");
+    assert_eq!(from_js(rejected.get(0))["reason"], "DELETE_WINS");
+    assert_eq!(ok(writer.query("prices".into(), None)).await, json!([]), "no row under either spelling");
+    ok(deleter.sync()).await;
+    assert_eq!(ok(deleter.query("prices".into(), None)).await, json!([]));
+    writer.close();
+    deleter.close();
+    for key in [&stored, &respelled] {
+        assert_eq!(server_view(&user, "prices", key).await, Value::Null);
+    }
+}
+
 /// A uuid key written in upper case (Swift's `UUID().uuidString`, an id typed by hand) is one row
 /// under PostgreSQL's spelling: the verdict names it, the device moves its row there with a write
 /// still pending on it, and pulls bring the server's row under the same key. Before, the device
