@@ -404,6 +404,17 @@ impl KizunaClient {
         }))
     }
 
+    /// `free()`: closes the client (as `close()` does, its engine let go) and leaves the JS object
+    /// a closed client, whose later calls are refused with `CLIENT_CLOSED`. It stands in for
+    /// wasm-bindgen's own `free()`, which freed the object itself: every later call then threw
+    /// wasm-bindgen's "null pointer passed to rust", an Error without a code. (The JS class takes
+    /// the later of two methods of one name, and wasm-bindgen writes its own first; a browser
+    /// test calls `free()` and then the client.) The object's few bytes go when JS collects it.
+    #[wasm_bindgen(skip_typescript, js_name = free)]
+    pub fn free_closing(&self) {
+        self.close();
+    }
+
     /// Stops the loops, closes the database and lets another client open it. Pending writes stay
     /// in the outbox for next time. Closing twice does nothing more. A closed client tells its
     /// listeners nothing more: what a step still committing says of writes is kept with it and

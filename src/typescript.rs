@@ -45,7 +45,7 @@ export type ErrorCode =
   | "INVALID_ARGUMENT"
   /** requeueDeadLetter/discardDeadLetter of a seq that is not a dead letter. */
   | "NOT_FOUND"
-  /** A call after close(). */
+  /** A call after close() or free(). */
   | "CLIENT_CLOSED"
   /** IndexedDB refused or failed. */
   | "STORAGE_FAILED"
@@ -266,7 +266,10 @@ declare global {
  */
 export class KizunaClient<DB extends object = AnyTables> {
   private constructor();
-  /** Answers at once. Closes the client (as close() does) and frees its wasm memory. */
+  /**
+   * Answers at once. Closes the client as close() does (its engine's wasm memory let go); later
+   * calls are refused with CLIENT_CLOSED, as after close().
+   */
   free(): void;
   /**
    * Returns a promise of the client. Opens (or creates) the local database and restores the

@@ -465,3 +465,30 @@ async fn a_write_committing_while_its_client_closes_is_still_told_to_the_other_t
     assert_eq!(ok(other.get("todos".into(), id.clone().into())).await["title"], "last words");
     other.close();
 }
+
+/// `free()` (also `client[Symbol.dispose]()`, which `using` calls) leaves a closed client: every
+/// later call is refused with `CLIENT_CLOSED`, as after `close()`, and the database opens again.
+/// Before, wasm-bindgen's own `free()` freed the object, and every later call threw its "null
+/// pointer passed to rust", an Error without a code.
+#[wasm_bindgen_test]
+async fn calls_after_free_are_refused_with_a_code() {
+    let (name, user) = (format!("freed-{}", random_id()), random_id());
+    let client = open_in_js(&name, &user).await;
+    js(&client, "client.free(); client.free(); client[Symbol.dispose]();");
+    for snippet in [
+        "return client.put('todos', 'k', {title: 'x'})",
+        "return client.get('todos', 'k')",
+        "return client.list('todos')",
+        "return client.sync()",
+    ] {
+        let err = js_await(&client, snippet).await.expect_err(snippet);
+        assert_eq!(error_code(&err), "CLIENT_CLOSED", "{snippet}");
+    }
+    let thrown = js(&client, "try { client.watch('todos', {}, () => {}); return null } catch (e) { return e }");
+    assert_eq!(error_code(&thrown), "CLIENT_CLOSED");
+    assert!(js(&client, "return client.status()").is_object(), "the status getters still answer");
+    js(&client, "client.close()");
+    let again = open_in_js(&name, &user).await;
+    assert_eq!(js_await(&again, "return client.list('todos')").await.map(|rows| from_js(rows)).ok(), Some(json!([])));
+    js(&again, "client.close()");
+}
