@@ -3,7 +3,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use js_sys::Function;
+use js_sys::{Function, Reflect};
 use kizuna_engine::protocol::Conflict;
 use kizuna_engine::{ChangeOrigin, DeadLetter, Event, OutboxEntry};
 use serde_json::{json, Value};
@@ -106,7 +106,7 @@ pub fn emit(listeners: &SharedListeners, events: &[Event]) {
         if targets.is_empty() {
             continue;
         }
-        let Ok(js) = crate::js::encode(&describe(event)) else { continue };
+        let Ok(js) = payload(event) else { continue };
         for listener in targets {
             if let Err(err) = listener.call1(&JsValue::NULL, &js) {
                 web_sys::console::error_2(&format!("kizuna: a '{name}' listener threw").into(), &err);
@@ -164,6 +164,16 @@ fn name_of(event: &Event) -> &'static str {
     }
 }
 
+/// An event's payload for its listeners. A refusal's server row nested too deep to decode in
+/// wasm reaches them as `JSON.parse` reads the answer's text of it.
+fn payload(event: &Event) -> Result<JsValue, JsValue> {
+    let js = crate::js::encode(&describe(event)).map_err(|e| JsValue::from_str(&e))?;
+    if let Event::Rejected { server_row_text: Some(text), .. } = event {
+        Reflect::set(&js, &"serverRow".into(), &js_sys::JSON::parse(text)?)?;
+    }
+    Ok(js)
+}
+
 /// An event's payload, camelCase.
 fn describe(event: &Event) -> Value {
     match event {
@@ -175,7 +185,7 @@ fn describe(event: &Event) -> Value {
             payload
         }
         Event::Applied { id, key, seq, bucket } => json!({ "id": id, "table": key.table, "pk": key.pk, "seq": seq, "bucket": bucket }),
-        Event::Rejected { mutation, reason, message, server_row } => {
+        Event::Rejected { mutation, reason, message, server_row, .. } => {
             json!({ "reason": reason.as_str(), "message": message, "mutation": entry_json(mutation), "serverRow": server_row })
         }
         Event::DeadLetter { entry, error } => json!({ "entry": entry_json(entry), "error": error }),

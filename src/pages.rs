@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 
 use kizuna_engine::PageHead;
-use kizuna_protocol::{js_safe_text, read_deep, Conflict, Lifecycle, Row};
+use kizuna_protocol::{js_safe_text, nesting_exceeds, read_deep, Conflict, Lifecycle, PushResponse, Row, Verdict, MAX_READ_DEPTH};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -83,6 +83,40 @@ pub fn read_page(text: String) -> Result<Pulled, String> {
         entries: page.entries.len(),
     };
     Ok(Pulled { head, text })
+}
+
+/// Reads a push answer. A refusal's server row nested deeper than wasm decodes (`MAX_READ_DEPTH`;
+/// a `jsonb` value written in plain SQL) is kept as the text it came in
+/// (`Verdict::server_row_text`), and the rest of the answer is decoded as any other. Before, the
+/// whole answer failed as `NETWORK` each time its slice was resent, and every write behind the
+/// refused one waited.
+pub fn read_push_response(text: &str) -> Result<PushResponse, serde_json::Error> {
+    if !nesting_exceeds(text.as_bytes(), MAX_READ_DEPTH) {
+        return decode(text);
+    }
+    // Each verdict read as text first: serde_json reads a raw value without recursing.
+    #[derive(Deserialize)]
+    struct Verdicts<'a> {
+        #[serde(borrow)]
+        verdicts: Vec<&'a RawValue>,
+        last_mutation_id: i64,
+    }
+    let answer: Verdicts<'_> = serde_json::from_str(text)?;
+    let verdicts = answer.verdicts.into_iter().map(|verdict| read_verdict(verdict.get())).collect::<Result<_, _>>()?;
+    Ok(PushResponse { verdicts, last_mutation_id: answer.last_mutation_id })
+}
+
+/// A verdict, its server row kept as text when it nests too deep to decode (the only field that
+/// nests).
+fn read_verdict(text: &str) -> Result<Verdict, serde_json::Error> {
+    if !nesting_exceeds(text.as_bytes(), MAX_READ_DEPTH) {
+        return decode(text);
+    }
+    let mut fields: std::collections::BTreeMap<String, &RawValue> = serde_json::from_str(text)?;
+    let row = fields.remove("server_row");
+    let mut verdict: Verdict = decode(&serde_json::to_string(&fields)?)?;
+    verdict.server_row_text = row.map(|row| row.get().to_string());
+    Ok(verdict)
 }
 
 /// Decodes a server's answer, numbers as `JSON.parse` reads them (`js_safe_text`) and nested as

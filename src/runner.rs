@@ -503,7 +503,7 @@ impl Inner {
             }
         };
         Ok(match request {
-            Some(request) => Some(self.transport.rpc::<_, PushResponse>("kizuna_push", &request).await),
+            Some(request) => Some(self.transport.push(&request).await),
             None => None,
         })
     }
@@ -575,7 +575,7 @@ impl Inner {
                     // are handed to IndexedDB (at once with a token provider that returns a
                     // string; one that returns a promise lets the writes go first).
                     let (next, written) = futures_util::join!(
-                        self.transport.rpc::<_, PushResponse>("kizuna_push", &request),
+                        self.transport.push(&request),
                         self.conclude(txn, Ok((stepped, ())))
                     );
                     // A step that could not be written reloaded the engine from the store: the next

@@ -3,8 +3,8 @@
 
 use js_sys::{Function, Promise, Reflect};
 use kizuna_engine::Failure;
-use kizuna_protocol::{codes, ErrorBody, PullRequest};
-use serde::{de::DeserializeOwned, Serialize};
+use kizuna_protocol::{codes, ErrorBody, PullRequest, PushRequest, PushResponse};
+use serde::Serialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -130,10 +130,10 @@ impl Transport {
         Ok((response, controller))
     }
 
-    /// POSTs `{"request": body}` to `/rest/v1/rpc/<function>` and decodes the answer.
-    pub async fn rpc<Req: Serialize, Res: DeserializeOwned>(&self, function: &str, body: &Req) -> Result<Res, Failure> {
-        let (status, text) = self.rpc_text(function, body).await?;
-        pages::decode(&text).map_err(|e| undecodable(status, e))
+    /// A push: its answer, read by `pages::read_push_response`.
+    pub async fn push(&self, request: &PushRequest) -> Result<PushResponse, Failure> {
+        let (status, text) = self.rpc_text("kizuna_push", request).await?;
+        pages::read_push_response(&text).map_err(|e| undecodable(status, e))
     }
 
     /// A pull page: to stage as its text, or decoded when it closes the run (`pages.rs`).

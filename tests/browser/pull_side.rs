@@ -340,6 +340,39 @@ async fn a_row_nested_500_levels_deep_is_written_over_rebased_and_restored() {
     client.close();
 }
 
+/// A refusal whose server row nests deeper than wasm decodes (600 levels: a `jsonb` value written
+/// in plain SQL; the push answers are rewritten on their way in) settles with the slice: the other
+/// write is applied, the refused one leaves the row as the last pull brought it, and the
+/// `rejected` event carries the server's row as `JSON.parse` reads it. Before, the answer failed
+/// as `NETWORK` each time it was resent, and both writes stayed pending for ever.
+#[wasm_bindgen_test]
+async fn a_refusal_whose_server_row_nests_past_what_wasm_decodes_holds_back_no_write() {
+    let user = random_id();
+    let ids = write_rows(&user, 2).await;
+    let deep = format!("{}1{}", "[".repeat(600), "]".repeat(600));
+    let opts = titles_rewritten_options("deep-refusal", &user, &["kizuna_push"], &format!(r#""title": {deep}"#));
+    let client = open(&opts).await;
+    ok(client.pull()).await;
+    let title = ok(client.get("todos".into(), ids[1].clone().into())).await["title"].clone();
+    let rejected = record(&client, "rejected");
+    // Refused by the title gate (over 200 characters), then a write the server takes.
+    ok(client.patch("todos".into(), ids[1].clone().into(), to_js(&json!({"title": "x".repeat(300)})), None)).await;
+    ok(client.patch("todos".into(), ids[0].clone().into(), to_js(&json!({"done": true})), None)).await;
+    let report = ok(client.sync()).await;
+    assert_eq!(report["pushError"], Value::Null, "{report}");
+    assert_eq!(from_js(client.pending_writes()), json!([]), "every write settled");
+    assert_eq!(from_js(client.dead_letters()), json!([]));
+    assert_eq!(rejected.length(), 1);
+    let event = rejected.get(0);
+    let server_row = Reflect::get(&event, &"serverRow".into()).unwrap();
+    let column = |row: &wasm_bindgen::JsValue, name: &str| Reflect::get(row, &name.into()).unwrap();
+    assert_eq!(String::from(js_sys::JSON::stringify(&column(&server_row, "title")).unwrap()), deep, "the server's row, as the answer spelled it");
+    assert_eq!(from_js(Reflect::get(&event, &"reason".into()).unwrap()), json!("VALIDATION_FAILED"));
+    assert_eq!(ok(client.get("todos".into(), ids[1].clone().into())).await["title"], title, "the row as the last pull brought it");
+    assert_eq!(server_view(&user, "todos", &ids[0]).await["done"], true);
+    client.close();
+}
+
 /// A run of many pages commits its staged rows as the closing page's: a key with a pending edit
 /// keeps the edit over the server's row, the declared index finds staged rows as a scan does, and
 /// a later run's staged tombstones remove their rows.

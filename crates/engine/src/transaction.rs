@@ -107,6 +107,10 @@ pub enum Event {
         message: Option<String>,
         /// The row as the caller may see it, or `None`.
         server_row: Option<Row>,
+        /// The row as the answer spelled it, when it nests too deep to decode (`server_row` is
+        /// then `None`; see `Verdict::server_row_text`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server_row_text: Option<String>,
     },
     /// A write exhausted its budget of permanent failures and moved to the dead-letter store.
     DeadLetter {

@@ -258,7 +258,7 @@ mod tests {
     }
 
     fn verdict(e: &EventState, status: VerdictStatus, reason: Option<Reason>) -> Verdict {
-        Verdict { id: e.key, status, seq: None, reason, bucket: None, pk: None, message: Some("no".into()), server_row: None, replayed: false }
+        Verdict { id: e.key, status, seq: None, reason, bucket: None, pk: None, message: Some("no".into()), server_row: None, replayed: false, server_row_text: None }
     }
 
     fn network() -> Failure {

@@ -154,8 +154,9 @@ impl Engine {
                     self.meta.counters.rejected += 1;
                     // A first refusal's row is the server's row now; a replayed one was recorded
                     // when the write was first judged and may be older than what a pull since
-                    // brought, so the base stays and a pull says what the row is now.
-                    if v.replayed {
+                    // brought, so the base stays and a pull says what the row is now. So it does
+                    // for a row nested too deep to decode, which the engine cannot hold.
+                    if v.replayed || v.server_row_text.is_some() {
                         self.pull.requested = true;
                     } else {
                         // The server's row, unless it lies in a bucket this device does not pull.
@@ -173,6 +174,7 @@ impl Engine {
                         reason: v.reason.expect("checked"),
                         message: v.message.clone(),
                         server_row: v.server_row.clone(),
+                        server_row_text: v.server_row_text.clone(),
                     });
                 }
                 Some((VerdictStatus::Delayed, _)) => {

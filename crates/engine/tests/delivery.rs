@@ -129,6 +129,36 @@ fn rejection_compensates_with_pending_writes_replayed() {
     assert_eq!(h.server.row("todos", "1"), Some(row(json!({"title": "srv", "done": true}))));
 }
 
+/// A refusal whose server row the client could not decode (`server_row_text`: nested too deep
+/// for wasm): the write settles as refused, the other writes of the slice settle too, the base
+/// stays what the last pull brought (the write's own effect compensated away), a pull is asked
+/// for, and the event carries the row's text.
+#[test]
+fn a_refusal_with_a_server_row_too_deep_to_decode_settles_on_the_base_and_asks_a_pull() {
+    let mut h = Harness::new(Config::default());
+    h.server.remote_write("todos", "1", Op::Upsert, Some(row(json!({"title": "srv"}))));
+    assert!(h.pull_step());
+    h.server.reject.insert("1".into(), Reason::ValidationFailed);
+    h.write("todos", "1", Op::Patch, Some(json!({"title": "mine"})));
+    h.write("todos", "2", Op::Upsert, Some(json!({"title": "other"})));
+    let (request, tx) = h.engine.poll_push(h.now).unwrap();
+    h.store.apply(tx);
+    h.events();
+    let mut response = h.server.push(h.now, request).unwrap();
+    let refused = &mut response.verdicts[0];
+    refused.server_row_text = Some(r#"{"id":"1","title":[[["deep"]]]}"#.into());
+    refused.server_row = None;
+    let tx = h.engine.on_push_response(h.now, response);
+    h.store.apply(tx);
+
+    assert_eq!(h.engine.outbox().count(), 0, "both writes settled");
+    assert_eq!(h.store.visible("todos", "1"), Some(json!({"title": "srv"})), "the base as pulled");
+    assert_eq!(h.store.visible("todos", "2"), Some(json!({"title": "other"})));
+    assert!(h.engine.poll_pull(h.now).is_some(), "a pull says what the row is now");
+    let events = h.events();
+    assert!(events.iter().any(|e| matches!(e, Event::Rejected { server_row: None, server_row_text: Some(text), .. } if text.contains("deep"))));
+}
+
 /// Delay windows: a held write is not sent and does not block the writes behind it; a
 /// DELAYED answer (server clock behind) keeps it pending with retry_at = max(apply_after,
 /// now + retry_base) and counts neither an attempt nor a failure.

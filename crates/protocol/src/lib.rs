@@ -137,6 +137,11 @@ pub struct Verdict {
     pub server_row: Option<Row>,
     #[serde(default)]
     pub replayed: bool,
+    /// `server_row` as the answer spelled it, when it nests deeper than a reader here decodes
+    /// (`MAX_READ_DEPTH`, a `jsonb` value written in plain SQL): `server_row` is then `None` and
+    /// means unknown, not absent. Never on the wire; the client's reader of push answers sets it.
+    #[serde(skip)]
+    pub server_row_text: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -211,7 +211,7 @@ impl SimServer {
 }
 
 fn verdict(id: Uuid, status: VerdictStatus, seq: Option<i64>, reason: Option<Reason>, server_row: Option<Row>) -> Verdict {
-    Verdict { id, status, seq, reason, bucket: None, pk: None, message: None, server_row, replayed: false }
+    Verdict { id, status, seq, reason, bucket: None, pk: None, message: None, server_row, replayed: false, server_row_text: None }
 }
 
 /// Reads the `YYYY-MM-DDTHH:MM:SS.mmmZ` the engine writes.
