@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 
 use kizuna_engine::PageHead;
-use kizuna_protocol::{js_safe_text, nesting_exceeds, read_deep, Conflict, Lifecycle, PushResponse, Row, Verdict, MAX_READ_DEPTH};
+use kizuna_protocol::{js_safe_text, nesting_exceeds, read_deep, Conflict, Lifecycle, PushResponse, Row, MAX_READ_DEPTH};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -87,36 +87,44 @@ pub fn read_page(text: String) -> Result<Pulled, String> {
 
 /// Reads a push answer. A refusal's server row nested deeper than wasm decodes (`MAX_READ_DEPTH`;
 /// a `jsonb` value written in plain SQL) is kept as the text it came in
-/// (`Verdict::server_row_text`), and the rest of the answer is decoded as any other. Before, the
+/// (`Verdict::server_row_text`), and the answer is decoded with `null` in its place. Before, the
 /// whole answer failed as `NETWORK` each time its slice was resent, and every write behind the
 /// refused one waited.
 pub fn read_push_response(text: &str) -> Result<PushResponse, serde_json::Error> {
     if !nesting_exceeds(text.as_bytes(), MAX_READ_DEPTH) {
         return decode(text);
     }
-    // Each verdict read as text first: serde_json reads a raw value without recursing.
+    // Where each verdict's server row lies in the text; the rest is skipped, and serde_json reads
+    // a raw value without recursing.
     #[derive(Deserialize)]
-    struct Verdicts<'a> {
+    struct Rows<'a> {
         #[serde(borrow)]
-        verdicts: Vec<&'a RawValue>,
-        last_mutation_id: i64,
+        verdicts: Vec<VerdictRow<'a>>,
     }
-    let answer: Verdicts<'_> = serde_json::from_str(text)?;
-    let verdicts = answer.verdicts.into_iter().map(|verdict| read_verdict(verdict.get())).collect::<Result<_, _>>()?;
-    Ok(PushResponse { verdicts, last_mutation_id: answer.last_mutation_id })
-}
-
-/// A verdict, its server row kept as text when it nests too deep to decode (the only field that
-/// nests).
-fn read_verdict(text: &str) -> Result<Verdict, serde_json::Error> {
-    if !nesting_exceeds(text.as_bytes(), MAX_READ_DEPTH) {
-        return decode(text);
+    #[derive(Deserialize)]
+    struct VerdictRow<'a> {
+        #[serde(borrow, default)]
+        server_row: Option<&'a RawValue>,
     }
-    let mut fields: std::collections::BTreeMap<String, &RawValue> = serde_json::from_str(text)?;
-    let row = fields.remove("server_row");
-    let mut verdict: Verdict = decode(&serde_json::to_string(&fields)?)?;
-    verdict.server_row_text = row.map(|row| row.get().to_string());
-    Ok(verdict)
+    let rows = serde_json::from_str::<Rows<'_>>(text)?;
+    let (mut shallow, mut copied, mut deep) = (String::with_capacity(text.len()), 0, Vec::new());
+    for (i, row) in rows.verdicts.iter().enumerate() {
+        // A row lies three levels down: in the answer, its verdicts, the verdict.
+        let Some(row) = row.server_row.map(RawValue::get).filter(|row| nesting_exceeds(row.as_bytes(), MAX_READ_DEPTH - 3)) else { continue };
+        let at = row.as_ptr() as usize - text.as_ptr() as usize;
+        shallow.push_str(&text[copied..at]);
+        shallow.push_str("null");
+        copied = at + row.len();
+        deep.push((i, row));
+    }
+    shallow.push_str(&text[copied..]);
+    let mut answer: PushResponse = decode(&shallow)?;
+    for (i, row) in deep {
+        if let Some(verdict) = answer.verdicts.get_mut(i) {
+            verdict.server_row_text = Some(row.to_string());
+        }
+    }
+    Ok(answer)
 }
 
 /// Decodes a server's answer, numbers as `JSON.parse` reads them (`js_safe_text`) and nested as
