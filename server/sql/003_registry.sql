@@ -9,6 +9,21 @@
 -- Bump when the capture template changes: installs recompile every registered table once.
 create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 9';
 
+-- Drops the indexes of table `rel`'s deleted keys (kizuna.deleted_index names them), but `keep`.
+-- Called by compile_table and unregister_table (admin only, as they are).
+create or replace function kizuna.drop_deleted_indexes(rel regclass, keep text default null) returns void
+language plpgsql set search_path = pg_catalog as $$
+declare
+  stale text;
+begin
+  for stale in select i.indexname from pg_indexes i
+                where i.schemaname = 'kizuna' and i.indexname like 'changes\_deleted\_' || rel::oid::text || '\_%'
+                  and i.indexname is distinct from keep loop
+    execute format('drop index kizuna.%I', stale);
+  end loop;
+end
+$$;
+
 create or replace function kizuna.compile_table(table_name text) returns void
 language plpgsql security definer set search_path = pg_catalog, public as $$
 declare
@@ -17,7 +32,6 @@ declare
   versioned boolean;
   cols_expr text;
   deleted_index text;
-  stale text;
 begin
   select * into strict t from kizuna.synced_tables where name = table_name;
   oid_ := t.rel::oid::text;
@@ -101,14 +115,9 @@ begin
   -- A key of coarser equality than its text (kizuna.key_is_exact) is found deleted under any
   -- spelling (kizuna.deleted_spelling) through an index of the table's tombstones by the key as
   -- its column compares it (kizuna.deleted_index names it).
-  deleted_index := kizuna.deleted_index(t.rel, t.pk_column, t.name);
-  for stale in select i.indexname from pg_indexes i
-                where i.schemaname = 'kizuna' and i.indexname like 'changes\_deleted\_' || oid_ || '\_%' and i.indexname <> deleted_index loop
-    execute format('drop index kizuna.%I', stale);
-  end loop;
-  if kizuna.key_is_exact(t.rel, t.pk_column) then
-    execute format('drop index if exists kizuna.%I', deleted_index);
-  else
+  deleted_index := case when not kizuna.key_is_exact(t.rel, t.pk_column) then kizuna.deleted_index(t.rel, t.pk_column, t.name) end;
+  perform kizuna.drop_deleted_indexes(t.rel, keep => deleted_index);
+  if deleted_index is not null then
     begin
       execute format('create index if not exists %I on kizuna.changes (%s) where tbl = %L and deleted',
                      deleted_index, kizuna.typed_key(t.rel, t.pk_column, 'pk'), t.name);
@@ -260,16 +269,12 @@ create or replace function kizuna.unregister_table(tbl regclass) returns void
 language plpgsql security definer set search_path = pg_catalog, public as $$
 declare
   wire_name text := (select name from kizuna.synced_tables where rel = tbl);
-  stale text;
 begin
   execute format('drop trigger if exists kizuna_capture on %s', tbl);
   execute format('drop trigger if exists kizuna_no_truncate on %s', tbl);
   execute format('drop function if exists kizuna.%I()', 'capture_' || tbl::oid::text);
   execute format('drop function if exists kizuna.%I(%s)', 'bucket_' || tbl::oid::text, tbl);
-  for stale in select i.indexname from pg_indexes i
-                where i.schemaname = 'kizuna' and i.indexname like 'changes\_deleted\_' || tbl::oid::text || '\_%' loop
-    execute format('drop index kizuna.%I', stale);
-  end loop;
+  perform kizuna.drop_deleted_indexes(tbl);
   delete from kizuna.changes where kizuna.changes.tbl = wire_name;
   delete from kizuna.column_versions where kizuna.column_versions.tbl = wire_name;
   delete from kizuna.synced_tables where rel = tbl;

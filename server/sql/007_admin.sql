@@ -111,6 +111,7 @@ revoke execute on function
   kizuna.register_table(regclass, text, text, integer, boolean, regprocedure, name, text),
   kizuna.unregister_table(regclass),
   kizuna.compile_table(text),
+  kizuna.drop_deleted_indexes(regclass, text),
   kizuna.reap(interval, interval),
   kizuna.status(),
   kizuna.new_epoch(),
