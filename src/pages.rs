@@ -91,8 +91,11 @@ pub fn read_page(text: String) -> Result<Pulled, String> {
 /// whole answer failed as `NETWORK` each time its slice was resent, and every write behind the
 /// refused one waited.
 pub fn read_push_response(text: &str) -> Result<PushResponse, serde_json::Error> {
-    if !nesting_exceeds(text.as_bytes(), MAX_READ_DEPTH) {
-        return decode(text);
+    // Decoded at once (`read_deep` measures the nesting itself); measured again only when that
+    // fails, so an answer of ordinary depth is scanned once.
+    match decode(text) {
+        Err(_) if nesting_exceeds(text.as_bytes(), MAX_READ_DEPTH) => {}
+        answer => return answer,
     }
     // Where each verdict's server row lies in the text; the rest is skipped, and serde_json reads
     // a raw value without recursing.
