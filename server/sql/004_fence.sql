@@ -58,24 +58,25 @@ begin
 
   -- Per key: the bucket it was in before the transaction (first event) and after it (last event).
   -- Live entry in the final bucket; tombstone, with the row image it left with, in the first one.
-  with p as (
-    select * from kizuna.pending where xid = x
-  ), first_ev as (
-    select distinct on (tbl, pk) tbl, pk, old_bucket from p order by tbl, pk, id
-  ), last_ev as (
-    select distinct on (tbl, pk) tbl, pk, new_bucket from p order by tbl, pk, id desc
-  ), left_image as (
-    select distinct on (p.tbl, p.pk) p.tbl, p.pk, p.image
-      from p join first_ev f using (tbl, pk)
-     where p.image is not null and p.old_bucket = f.old_bucket
-     order by p.tbl, p.pk, p.id
+  -- One sort of the transaction's events and no join: the planner counts kizuna.pending as nearly
+  -- empty (every commit empties it), and joined per key the events of a large transaction were
+  -- compared pairwise while the fence lock held every other commit (a DELETE of 50,000 rows took
+  -- 4.5 minutes to commit, of 4,000 rows 2 s).
+  with ev as (
+    select tbl, pk, id, old_bucket, new_bucket, image,
+           first_value(old_bucket) over (partition by tbl, pk order by id) as first_bucket
+      from kizuna.pending where xid = x
+  ), keyed as (
+    select tbl, pk, first_bucket,
+           (array_agg(new_bucket order by id desc))[1] as last_bucket,
+           (array_agg(image order by id) filter (where image is not null and old_bucket = first_bucket))[1] as image
+      from ev group by tbl, pk, first_bucket
   ), entries as (
-    select l.tbl, l.pk, l.new_bucket as bucket, false as deleted, null::jsonb as image
-      from last_ev l where l.new_bucket is not null
+    select tbl, pk, last_bucket as bucket, false as deleted, null::jsonb as image
+      from keyed where last_bucket is not null
     union all
-    select f.tbl, f.pk, f.old_bucket, true, i.image
-      from first_ev f join last_ev l using (tbl, pk) left join left_image i using (tbl, pk)
-     where f.old_bucket is not null and f.old_bucket is distinct from l.new_bucket
+    select tbl, pk, first_bucket, true, image
+      from keyed where first_bucket is not null and first_bucket is distinct from last_bucket
   )
   insert into kizuna.changes as c (tbl, pk, bucket, seq, deleted, entered_seq, image, changed_at)
   select tbl, pk, bucket, s, deleted, case when deleted then null else s end, image, now() from entries

@@ -111,3 +111,38 @@ async fn pullers_racing_writers_miss_nothing_and_never_see_a_commit_below_a_serv
         assert_eq!(seen, expected, "a puller that pulled to quiescence has every change");
     }
 }
+
+/// A transaction that deletes or moves many synced rows commits in time linear in its rows, and
+/// the log has each. The fence matched each key's events with its first event pairwise (the
+/// planner counts kizuna.pending as nearly empty: every commit empties it), so deleting 50,000 rows
+/// in one statement took 4.5 minutes to commit, holding the fence lock, so every other synced
+/// commit, all along. Bounded by a statement timeout far above what the linear fence takes here
+/// (a few seconds), far below what the pairwise one took.
+#[tokio::test]
+async fn a_transaction_deleting_and_moving_fifty_thousand_synced_rows_commits_within_a_minute() {
+    let db = TestDb::with_todos().await;
+    const OTHER: &str = "b0b00000-0000-4000-8000-000000000002";
+    db.exec(&format!("insert into public.todos (id, owner, title) select 't' || g, '{USER}', 'row ' || g from generate_series(1, 50000) g")).await;
+    // The fence is a deferred trigger, which COMMIT fires after the statement's timeout is off:
+    // SET CONSTRAINTS fires it inside a statement. Each statement its own query: a timeout set in
+    // one query of many is not armed for the later statements of that query.
+    db.exec("set statement_timeout = '60s'").await;
+    db.exec("begin").await;
+    db.exec("delete from public.todos where id < 't3'").await;
+    db.exec(&format!("update public.todos set owner = '{OTHER}' where id >= 't3'")).await;
+    db.exec("set constraints all immediate").await;
+    db.exec("commit").await;
+    db.exec("reset statement_timeout").await;
+    let moved: i64 = db.one("select count(*) from public.todos").await;
+    assert!(moved > 10_000 && moved < 40_000, "{moved} rows moved");
+    let log = db
+        .one::<serde_json::Value>(&format!(
+            "select jsonb_build_object(
+               'gone', count(*) filter (where deleted and bucket = 'user:{USER}' and image is not null),
+               'moved_in', count(*) filter (where not deleted and bucket = 'user:{OTHER}'),
+               'moved_image', count(*) filter (where deleted and image ->> 'owner' = '{USER}' and image ->> 'title' = 'row ' || substr(pk, 2)))
+             from kizuna.changes where tbl = 'todos'"
+        ))
+        .await;
+    assert_eq!(log, json!({"gone": 50000, "moved_in": moved, "moved_image": 50000}));
+}
