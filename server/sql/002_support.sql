@@ -114,13 +114,59 @@ create or replace function kizuna.key_is_exact(rel regclass, col name) returns b
      where a.attrelid = rel and a.attname = col and a.attnum > 0 and not a.attisdropped), false)
 $$;
 
--- `expr` (SQL text of a text value) as the key column `col` compares it: cast to the column's type,
--- in the column's collation when that is not its type's. The change log's index of a table's
--- deleted keys (kizuna.compile_table) and the lookup through it (kizuna.deleted_spelling) spell
--- it alike, so the planner matches the two; schema-qualified, so the text is the same whatever
--- the search_path.
+-- Makes `kizuna.<fn>(row of rel)` return the row's column `col` as text. The capture triggers
+-- (003_registry.sql, 009_universe.sql) read a row's key through it: as `new.<key>` in PL/pgSQL, the
+-- key's type was kept in the trigger's cached plans, and once a migration changed it (integer to
+-- bigint) every later write to the table failed in every session that wrote to it before (each
+-- of the gateway's pooled connections), its pushes refused as SCHEMA_MISMATCH. A SQL function
+-- with a SET clause is never inlined: it reads the row's type afresh at each statement.
+create or replace function kizuna.make_key_function(fn text, rel regclass, col name) returns void
+language plpgsql set search_path = pg_catalog as $$
+begin
+  execute format('create or replace function kizuna.%I(kz_row %s) returns text
+                  language sql stable set search_path = pg_catalog, public as %L',
+                 fn, rel, format('select ((kz_row).%I)::text', col));
+end
+$$;
+
+-- `key` (a key as text) as a value of the type of `type_of` (a null of that type), or null when it
+-- is none. The change log's index of a coarse key's tombstones (kizuna.typed_key) reads every
+-- deleted key through it, and a key of the column's type before a migration changed it may be no
+-- value of the type now (numeric to text: `abc`): cast in the index, it failed every transaction
+-- that deleted such a key until the table was registered again. Immutable as the type's input
+-- is: the index is only made for such types (kizuna.key_input_is_immutable).
+create or replace function kizuna.key_as(key text, type_of anyelement) returns anyelement
+language plpgsql immutable as $$
+declare
+  result alias for $0;
+begin
+  result := key;  -- in the block: RETURN would convert `key` to the result's type after it
+  return result;
+exception when others then
+  if kizuna.is_server_fault(sqlstate) then
+    raise;
+  end if;
+  return null;
+end
+$$;
+
+-- True when the key column's type reads its text alike whatever the session's settings (its
+-- base type's input function is immutable): numeric and citext, not timestamptz (TimeZone).
+create or replace function kizuna.key_input_is_immutable(rel regclass, col name) returns boolean language sql stable as $$
+  select coalesce((
+    select p.provolatile = 'i'
+      from pg_attribute a join pg_type y on y.oid = a.atttypid
+      join pg_type b on b.oid = coalesce(nullif(y.typbasetype, 0), y.oid) join pg_proc p on p.oid = b.typinput
+     where a.attrelid = rel and a.attname = col and a.attnum > 0 and not a.attisdropped), false)
+$$;
+
+-- `expr` (SQL text of a text value) as the key column `col` compares it: a value of the column's
+-- type (kizuna.key_as), in the column's collation when that is not its type's. The change log's
+-- index of a table's deleted keys (kizuna.compile_table) and the lookup through it
+-- (kizuna.deleted_spelling) spell it alike, so the planner matches the two; schema-qualified, so
+-- the text is the same whatever the search_path.
 create or replace function kizuna.typed_key(rel regclass, col name, expr text) returns text language sql stable as $$
-  select format('(cast(%s as %I.%I)%s)', expr, tn.nspname, y.typname,
+  select format('(kizuna.key_as(%s, null::%I.%I)%s)', expr, tn.nspname, y.typname,
                 case when a.attcollation <> 0 and a.attcollation <> y.typcollation
                      then (select format(' collate %I.%I', n.nspname, l.collname)
                              from pg_collation l join pg_namespace n on n.oid = l.collnamespace where l.oid = a.attcollation)
@@ -159,7 +205,8 @@ declare
   found text;
 begin
   -- No index: a key whose text is read by the session's settings (timestamptz: TimeZone), which
-  -- no index may hold. Such a key is looked up by its text only, as before.
+  -- no index may hold, or one whose type changed since the table was registered (its next
+  -- registration makes the index). Such a key is looked up by its text only.
   if wire_name is null or to_regclass(format('kizuna.%I', kizuna.deleted_index(rel, col, wire_name))) is null then
     return null;
   end if;

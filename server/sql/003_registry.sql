@@ -7,7 +7,7 @@
 -- Admin only: EXECUTE is revoked from the API roles (see 007_admin.sql).
 
 -- Bump when the capture template changes: installs recompile every registered table once.
-create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 9';
+create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 10';
 
 -- Drops the indexes of table `rel`'s deleted keys (kizuna.deleted_index names them), but `keep`.
 -- Called by compile_table and unregister_table (admin only, as they are).
@@ -44,6 +44,9 @@ begin
     'select (%s)::text from (select (kz_row).*) as kz_cols'
   $f$, 'bucket_' || oid_, t.rel, replace(t.bucket_expr, '''', ''''''));
 
+  -- The key of a row as text (kizuna.make_key_function says why not `new.<key>`).
+  perform kizuna.make_key_function('key_' || oid_, t.rel, t.pk_column);
+
   -- Which columns a write assigned (versioned tables keep per-column versions): what a push
   -- names (kizuna.insert_cols / kizuna.update_cols, set by push, '' outside it); for plain SQL,
   -- the non-null columns of an INSERT and the changed columns of an UPDATE. (An array() over no
@@ -68,8 +71,8 @@ begin
       who text := kizuna.caller();  -- the same name a push records for its caller
       h text := nullif(current_setting('kizuna.hlc', true), '');
     begin
-      if tg_op <> 'INSERT' then ob := kizuna.%2$I(old); opk := old.%3$I::text; end if;
-      if tg_op <> 'DELETE' then nb := kizuna.%2$I(new); npk := new.%3$I::text; end if;
+      if tg_op <> 'INSERT' then ob := kizuna.%2$I(old); opk := kizuna.%3$I(old); end if;
+      if tg_op <> 'DELETE' then nb := kizuna.%2$I(new); npk := kizuna.%3$I(new); end if;
       if ob is null and nb is null then
         return null;  -- in no bucket before or after: nothing to sync
       end if;
@@ -99,7 +102,7 @@ begin
       return null;
     end
     $cap$
-  $f$, 'capture_' || oid_, 'bucket_' || oid_, t.pk_column, t.name, cols_expr);
+  $f$, 'capture_' || oid_, 'bucket_' || oid_, 'key_' || oid_, t.name, cols_expr);
 
   execute format('create or replace trigger kizuna_capture after insert or update or delete on %s
                   for each row execute function kizuna.%I()', t.rel, 'capture_' || oid_);
@@ -114,17 +117,14 @@ begin
 
   -- A key of coarser equality than its text (kizuna.key_is_exact) is found deleted under any
   -- spelling (kizuna.deleted_spelling) through an index of the table's tombstones by the key as
-  -- its column compares it (kizuna.deleted_index names it).
-  deleted_index := case when not kizuna.key_is_exact(t.rel, t.pk_column) then kizuna.deleted_index(t.rel, t.pk_column, t.name) end;
+  -- its column compares it (kizuna.deleted_index names it). Not for a key whose text is read by
+  -- the session's settings (timestamptz: TimeZone), which no index may hold.
+  deleted_index := case when not kizuna.key_is_exact(t.rel, t.pk_column) and kizuna.key_input_is_immutable(t.rel, t.pk_column)
+                        then kizuna.deleted_index(t.rel, t.pk_column, t.name) end;
   perform kizuna.drop_deleted_indexes(t.rel, keep => deleted_index);
   if deleted_index is not null then
-    begin
-      execute format('create index if not exists %I on kizuna.changes (%s) where tbl = %L and deleted',
-                     deleted_index, kizuna.typed_key(t.rel, t.pk_column, 'pk'), t.name);
-    exception when invalid_object_definition then
-      -- A key whose text is read by the session's settings (timestamptz): no index may hold it.
-      null;
-    end;
+    execute format('create index if not exists %I on kizuna.changes (%s) where tbl = %L and deleted',
+                   deleted_index, kizuna.typed_key(t.rel, t.pk_column, 'pk'), t.name);
   end if;
   update kizuna.synced_tables set compiled_version = kizuna.compile_version() where name = t.name;
 end
@@ -274,6 +274,7 @@ begin
   execute format('drop trigger if exists kizuna_no_truncate on %s', tbl);
   execute format('drop function if exists kizuna.%I()', 'capture_' || tbl::oid::text);
   execute format('drop function if exists kizuna.%I(%s)', 'bucket_' || tbl::oid::text, tbl);
+  execute format('drop function if exists kizuna.%I(%s)', 'key_' || tbl::oid::text, tbl);
   perform kizuna.drop_deleted_indexes(tbl);
   delete from kizuna.changes where kizuna.changes.tbl = wire_name;
   delete from kizuna.column_versions where kizuna.column_versions.tbl = wire_name;

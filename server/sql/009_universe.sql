@@ -105,7 +105,7 @@ create unlogged table if not exists kizuna.universe_marker (xid xid8 primary key
 -- Registry and compiled capture.
 
 -- Bump when the compiled template changes: installs recompile every registered table once.
-create or replace function kizuna.universe_compile_version() returns integer language sql immutable as 'select 7';
+create or replace function kizuna.universe_compile_version() returns integer language sql immutable as 'select 8';
 
 create or replace function kizuna.universe_compile(table_rel regclass) returns void
 language plpgsql security definer set search_path = pg_catalog, public as $$
@@ -115,6 +115,7 @@ declare
   generated text[];
   image_fn text := 'universe_image_' || table_rel::oid;
   after_fn text := 'universe_after_' || table_rel::oid;
+  key_fn text := 'universe_key_' || table_rel::oid;
   after_old text;
   after_new text;
 begin
@@ -132,6 +133,9 @@ begin
     after_fn, table_rel,
     format('select (%s)::timestamptz from (select (kz_row).*) as kz_cols', coalesce(t.apply_after, 'null')));
 
+  -- The key of a row as text (kizuna.make_key_function says why not `new.<key>`).
+  perform kizuna.make_key_function(key_fn, table_rel, t.pk_column);
+
   -- The apply_after of a row, or a constant null when the table has no expression (no call per row).
   after_old := case when t.apply_after is null then 'null' else format('kizuna.%I(old)', after_fn) end;
   after_new := case when t.apply_after is null then 'null' else format('kizuna.%I(new)', after_fn) end;
@@ -142,8 +146,8 @@ begin
       x xid8 := pg_current_xact_id();
       oi jsonb; ni jsonb; opk text; npk text;
     begin
-      if tg_op <> 'INSERT' then oi := kizuna.%2$I(old); opk := old.%4$I::text; end if;
-      if tg_op <> 'DELETE' then ni := kizuna.%2$I(new); npk := new.%4$I::text; end if;
+      if tg_op <> 'INSERT' then oi := kizuna.%2$I(old); opk := kizuna.%4$I(old); end if;
+      if tg_op <> 'DELETE' then ni := kizuna.%2$I(new); npk := kizuna.%4$I(new); end if;
       if oi is null and ni is null then
         return null;  -- outside the selection before and after
       end if;
@@ -172,7 +176,7 @@ begin
       return null;
     end
     $cap$
-  $f$, 'universe_capture_' || oid_, image_fn, after_old, t.pk_column, table_rel::oid, t.target_table,
+  $f$, 'universe_capture_' || oid_, image_fn, after_old, key_fn, table_rel::oid, t.target_table,
        t.latest_only, t.max_attempts, after_new);
   execute format('create or replace trigger kizuna_universe after insert or update or delete on %s
                   for each row execute function kizuna.%I()', table_rel, 'universe_capture_' || oid_);
@@ -182,8 +186,8 @@ begin
                  'registered for universe sync', 'its outbox', 'kizuna.unregister_universe_table');
   -- In replica sessions too (see 003_registry.sql).
   execute format('alter table %s enable always trigger kizuna_universe, enable always trigger kizuna_universe_no_truncate', table_rel);
-  execute format('revoke all on function kizuna.%I(%s), kizuna.%I(%s), kizuna.%I() from public',
-                 image_fn, table_rel, after_fn, table_rel, 'universe_capture_' || oid_);
+  execute format('revoke all on function kizuna.%I(%s), kizuna.%I(%s), kizuna.%I(%s), kizuna.%I() from public',
+                 image_fn, table_rel, after_fn, table_rel, key_fn, table_rel, 'universe_capture_' || oid_);
   update kizuna.universe_tables set compiled_version = kizuna.universe_compile_version() where rel = table_rel;
 end
 $$;
@@ -254,6 +258,7 @@ begin
   execute format('drop function if exists kizuna.%I()', 'universe_capture_' || tbl::oid);
   execute format('drop function if exists kizuna.%I(%s)', 'universe_image_' || tbl::oid, tbl);
   execute format('drop function if exists kizuna.%I(%s)', 'universe_after_' || tbl::oid, tbl);
+  execute format('drop function if exists kizuna.%I(%s)', 'universe_key_' || tbl::oid, tbl);
   delete from kizuna.universe_tables where rel = tbl;
 end
 $$;

@@ -359,6 +359,68 @@ async fn a_key_deleted_in_one_spelling_stays_deleted_in_another() {
     assert_eq!(db.one::<Value>("select jsonb_agg(jsonb_build_array(id::text, label) order by id) from public.prices").await, json!([["1.000", "x"], ["2.50", "x"]]));
 }
 
+/// A migration that changes a synced key column's type (integer to bigint, numeric to text) keeps
+/// the table writable, by push and plain SQL alike, in a session that wrote to it before (every
+/// pooled connection of the gateway). The capture trigger's cached plans had the old type: every
+/// later write failed "type of parameter 23 (bigint) does not match that when preparing the plan
+/// (integer)". And the index of a coarse key's tombstones cast every deleted key to the old type:
+/// a delete of `abc` failed at commit with "invalid input syntax for type numeric".
+#[tokio::test]
+async fn a_synced_key_column_given_another_type_keeps_its_table_writable() {
+    let db = TestDb::new().await;
+    db.owned_table("counters", "id integer primary key, label text", "").await;
+    db.owned_table("prices", "id numeric primary key, label text", "").await;
+    // Universe sync's capture reads the key as the sync's does.
+    db.exec("select kizuna.register_universe_table('public.counters')").await;
+    let alice = Caller::user(ALICE);
+    let write = |seq: i64, table: &str, key: &str, op: &str| {
+        mutation(seq, table, key, op, if op == "delete" { Value::Null } else { json!({"label": "x"}) })
+    };
+    let r = db
+        .push(&alice, push_request(DEVICE, vec![write(1, "counters", "1", "upsert"), write(2, "counters", "2", "upsert"), write(3, "prices", "1.0", "upsert")]))
+        .await
+        .unwrap();
+    assert_eq!(statuses(&r), ["APPLIED", "APPLIED", "APPLIED"], "{r}");
+    let r = db.push(&alice, push_request(DEVICE, vec![write(4, "counters", "2", "delete"), write(5, "prices", "1.0", "delete")])).await.unwrap();
+    assert_eq!(statuses(&r), ["APPLIED", "APPLIED"], "{r}");
+
+    db.exec("alter table public.counters alter column id type bigint; alter table public.prices alter column id type text").await;
+    let r = db
+        .push(
+            &alice,
+            push_request(
+                DEVICE,
+                vec![
+                    write(6, "counters", "5000000000", "upsert"),
+                    write(7, "counters", "1", "patch"),
+                    write(8, "counters", "1", "delete"),
+                    write(9, "prices", "abc", "upsert"),
+                    write(10, "prices", "xyz", "upsert"),
+                ],
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(statuses(&r), ["APPLIED", "APPLIED", "APPLIED", "APPLIED", "APPLIED"], "{r}");
+    let r = db.push(&alice, push_request(DEVICE, vec![write(11, "prices", "abc", "delete")])).await.unwrap();
+    assert_eq!(statuses(&r), ["APPLIED"], "{r}");
+    db.exec("delete from public.prices where id = 'xyz'; insert into public.counters (id, owner) values (7000000000, 'a11ce000-0000-4000-8000-000000000001')").await;
+    assert_eq!(db.one::<Value>("select jsonb_agg(id order by id) from public.counters").await, json!([5000000000i64, 7000000000i64]));
+    assert_eq!(db.one::<i64>("select count(*) from public.prices").await, 0);
+    assert_eq!(
+        db.one::<Value>("select jsonb_agg(jsonb_build_array(pk, op) order by id) from kizuna.universe_events").await,
+        json!([["1", "upsert"], ["2", "upsert"], ["2", "delete"], ["5000000000", "upsert"], ["1", "upsert"], ["1", "delete"], ["7000000000", "upsert"]])
+    );
+    // Every change reached the log, so every device hears of it.
+    assert_eq!(
+        db.one::<Value>("select jsonb_agg(jsonb_build_array(tbl, pk, deleted) order by tbl, pk) from kizuna.changes").await,
+        json!([
+            ["counters", "1", true], ["counters", "2", true], ["counters", "5000000000", false], ["counters", "7000000000", false],
+            ["prices", "1.0", true], ["prices", "abc", true], ["prices", "xyz", true]
+        ])
+    );
+}
+
 /// A key longer or finer than its column holds names no row: the wire's text key is cast to the
 /// column's type without its length or precision (an explicit cast to `varchar(8)` cut it to its
 /// first eight characters, and a delete of one key removed another row), alone and in a run of
