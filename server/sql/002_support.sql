@@ -114,21 +114,6 @@ create or replace function kizuna.key_is_exact(rel regclass, col name) returns b
      where a.attrelid = rel and a.attname = col and a.attnum > 0 and not a.attisdropped), false)
 $$;
 
--- Makes `kizuna.<fn>(row of rel)` return the row's column `col` as text. The capture triggers
--- (003_registry.sql, 009_universe.sql) read a row's key through it: as `new.<key>` in PL/pgSQL, the
--- key's type was kept in the trigger's cached plans, and once a migration changed it (integer to
--- bigint) every later write to the table failed in every session that wrote to it before (each
--- of the gateway's pooled connections), its pushes refused as SCHEMA_MISMATCH. A SQL function
--- with a SET clause is never inlined: it reads the row's type afresh at each statement.
-create or replace function kizuna.make_key_function(fn text, rel regclass, col name) returns void
-language plpgsql set search_path = pg_catalog as $$
-begin
-  execute format('create or replace function kizuna.%I(kz_row %s) returns text
-                  language sql stable set search_path = pg_catalog, public as %L',
-                 fn, rel, format('select ((kz_row).%I)::text', col));
-end
-$$;
-
 -- `key` (a key as text) as a value of the type of `type_of` (a null of that type), or null when it
 -- is none. The change log's index of a coarse key's tombstones (kizuna.typed_key) reads every
 -- deleted key through it, and a key of the column's type before a migration changed it may be no

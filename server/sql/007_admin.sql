@@ -112,7 +112,6 @@ revoke execute on function
   kizuna.unregister_table(regclass),
   kizuna.compile_table(text),
   kizuna.drop_deleted_indexes(regclass, text),
-  kizuna.make_key_function(text, regclass, name),
   kizuna.reap(interval, interval),
   kizuna.status(),
   kizuna.new_epoch(),

@@ -133,8 +133,11 @@ begin
     after_fn, table_rel,
     format('select (%s)::timestamptz from (select (kz_row).*) as kz_cols', coalesce(t.apply_after, 'null')));
 
-  -- The key of a row as text (kizuna.make_key_function says why not `new.<key>`).
-  perform kizuna.make_key_function(key_fn, table_rel, t.pk_column);
+  -- The key of a row as text: read as `new.<key>`, its type stayed in the trigger's cached plans
+  -- past a migration that changed it (kizuna.compile_table's place function says more).
+  execute format('create or replace function kizuna.%I(kz_row %s) returns text language sql stable
+                  set search_path = pg_catalog, public as %L',
+    key_fn, table_rel, format('select (kz_row).%I::text', t.pk_column));
 
   -- The apply_after of a row, or a constant null when the table has no expression (no call per row).
   after_old := case when t.apply_after is null then 'null' else format('kizuna.%I(old)', after_fn) end;
