@@ -114,6 +114,38 @@ create or replace function kizuna.key_is_exact(rel regclass, col name) returns b
      where a.attrelid = rel and a.attname = col and a.attnum > 0 and not a.attisdropped), false)
 $$;
 
+-- Fails the request as the server's fault (SQLSTATE 55000: the gateway answers 500, the client
+-- retries, nothing is lost) because synced table `t` no longer matches its registration: a column
+-- its key or bucket names was renamed or dropped. Writes to it were refused SCHEMA_MISMATCH, a
+-- verdict the client settles by dropping the write; registering the table again puts it right.
+create or replace function kizuna.fail_stale_registration(t kizuna.synced_tables) returns void
+language plpgsql as $$
+begin
+  perform kizuna.fail('55000', format('the synced table %s no longer matches its registration (a column its key or bucket '
+                                      'names was renamed or dropped): register it again with kizuna.register_table', t.rel));
+end
+$$;
+
+-- The type of synced table `t`'s key column; fails the request when the column is gone.
+create or replace function kizuna.key_type_of(t kizuna.synced_tables) returns text language plpgsql stable as $$
+declare
+  key_type constant text := kizuna.column_type(t.rel, t.pk_column);
+begin
+  if key_type is null then
+    perform kizuna.fail_stale_registration(t);
+  end if;
+  return key_type;
+end
+$$;
+
+-- True when an error was raised in the functions compiled for synced table `t` (its bucket, the
+-- capture trigger's reading of a row), by its `pg_exception_context`: a column they name is gone.
+create or replace function kizuna.raised_in_registration(t kizuna.synced_tables, context text) returns boolean
+language sql immutable as $$
+  select strpos(context, format('SQL function "place_%s"', t.rel::oid)) > 0
+      or strpos(context, format('SQL function "bucket_%s"', t.rel::oid)) > 0
+$$;
+
 -- `key` (a key as text) as a value of the type of `type_of` (a null of that type), or null when it
 -- is none. The change log's index of a coarse key's tombstones (kizuna.typed_key) reads every
 -- deleted key through it, and a key of the column's type before a migration changed it may be no

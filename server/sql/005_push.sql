@@ -497,13 +497,14 @@ declare
   err_state text;
   err_message text;
   err_constraint text;
+  err_context text;
   row_bucket text;
 begin
   select * into t from kizuna.synced_tables where name = m ->> 'table';
   if t.name is null then
     return kizuna.rejected(m, 'SCHEMA_MISMATCH', 'the table is not synced');
   end if;
-  key_type := kizuna.column_type(t.rel, t.pk_column);
+  key_type := kizuna.key_type_of(t);
   -- One spelling per key: the change log, the column versions and the key locks compare keys as
   -- text, so a uuid or number sent in another spelling (upper case, leading zeros) must not read as
   -- a key never seen, which would resurrect a deleted row or bypass its column order.
@@ -664,6 +665,10 @@ begin
       return kizuna.rejected(m, 'VALIDATION_FAILED', err_message);
     when insufficient_privilege then return kizuna.rejected(m, 'RLS_DENIED');
     when undefined_column or datatype_mismatch or cannot_coerce or sqlstate '428C9' then
+      get stacked diagnostics err_context = pg_exception_context;
+      if kizuna.raised_in_registration(t, err_context) then
+        perform kizuna.fail_stale_registration(t);
+      end if;
       return kizuna.rejected(m, 'SCHEMA_MISMATCH');
     when others then
       -- What this mutation's data or the application's own SQL (triggers, checks, the functions
@@ -704,6 +709,7 @@ declare
   b text;
   key_type text;
   k text;
+  err_context text;
 begin
   if v ->> 'status' <> 'REJECTED' then
     return v;
@@ -713,7 +719,15 @@ begin
     return v;
   end if;
   r := kizuna.render_row(t.rel, t.pk_column, m ->> 'pk');
-  b := kizuna.bucket_of(t.rel, r);
+  begin
+    b := kizuna.bucket_of(t.rel, r);
+  exception when undefined_column or datatype_mismatch then
+    get stacked diagnostics err_context = pg_exception_context;
+    if kizuna.raised_in_registration(t, err_context) then
+      perform kizuna.fail_stale_registration(t);
+    end if;
+    raise;
+  end;
   if b is not null then
     v := v || jsonb_build_object('bucket', b);
   end if;
@@ -722,7 +736,7 @@ begin
   -- change log holds it (kizuna.key_text, and kizuna.stored_key where the column's equality is
   -- coarser than its text), not as the row renders it (a timestamp renders with a `T` in JSON and
   -- without one as text).
-  key_type := kizuna.column_type(t.rel, t.pk_column);
+  key_type := kizuna.key_type_of(t);
   k := kizuna.stored_key(t.rel, t.pk_column, key_type, kizuna.key_text(key_type, m ->> 'pk'));
   if k is distinct from m ->> 'pk' and k is not null then
     v := v || jsonb_build_object('pk', k);

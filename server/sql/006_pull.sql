@@ -202,7 +202,7 @@ begin
     end if;
     if g.live is not null then
       execute format('select count(*) from unnest(cast($1 as %3$s[])) as k(pk) join %1$s r on r.%2$I = k.pk',
-                     t.rel, t.pk_column, kizuna.column_type(t.rel, t.pk_column))
+                     t.rel, t.pk_column, kizuna.key_type_of(t))
         into n using g.live;
       total := total + n;
     end if;
@@ -306,7 +306,7 @@ begin
              from unnest(cast($1 as %3$s[]), $2::integer[]) with ordinality as k(pk, i, o)
              cross join lateral (select to_jsonb(r) as row from %1$s r where r.%2$I = k.pk limit 1) r'
           || case when ordered then ' order by k.o' else '' end,
-          t.rel, t.pk_column, kizuna.column_type(t.rel, t.pk_column))
+          t.rel, t.pk_column, kizuna.key_type_of(t))
         using keys, positions loop
         exit when live.i > determined;  -- past where an earlier table's rows reached the budget
         size := pg_column_size(live.row);

@@ -421,6 +421,44 @@ async fn a_synced_key_column_given_another_type_keeps_its_table_writable() {
     );
 }
 
+/// A synced table whose key or bucket column was renamed no longer matches its registration: a
+/// push to it fails as the server's fault (retried, nothing lost) with words that say what to do,
+/// until the table is registered again; then the same writes apply. They were refused as
+/// SCHEMA_MISMATCH, a verdict the client settles by dropping the write.
+#[tokio::test]
+async fn a_push_to_a_table_whose_key_or_bucket_column_was_renamed_waits_for_it_to_be_registered_again() {
+    let db = TestDb::new().await;
+    db.owned_table("counters", "id integer primary key, label text", "").await;
+    let alice = Caller::user(ALICE);
+    let upsert = |seq: i64, key: &str| mutation(seq, "counters", key, "upsert", json!({"label": "x"}));
+    let r = db.push(&alice, push_request(DEVICE, vec![upsert(1, "1")])).await.unwrap();
+    assert_eq!(statuses(&r), ["APPLIED"], "{r}");
+
+    for (rename, register) in [
+        ("alter table public.counters rename column id to counter_id", "$$'user:' || owner$$"),
+        ("alter table public.counters rename column owner to owner_id", "$$'user:' || owner_id$$"),
+    ] {
+        db.exec(rename).await;
+        let e = db.push(&alice, push_request(DEVICE, vec![upsert(2, "2"), upsert(3, "3")])).await.unwrap_err();
+        assert_eq!(e.code, "55000", "{e:?}");
+        assert!(e.message.contains("kizuna.register_table"), "{e:?}");
+        assert_eq!(db.one::<i64>("select count(*) from public.counters").await, 1);
+        if rename.contains("counter_id") {
+            // A pull reads the rows by their key: it waits too.
+            let bucket = format!("user:{ALICE}");
+            let Err(e) = support::db::pull_run(db.client(), &alice, DEVICE, None, &[&bucket], 10).await else { panic!("the pull was answered") };
+            assert_eq!(e.code, "55000", "{e:?}");
+        }
+        db.exec(&format!("select kizuna.register_table('public.counters', bucket => {register})")).await;
+    }
+    let r = db.push(&alice, push_request(DEVICE, vec![upsert(2, "2"), upsert(3, "3")])).await.unwrap();
+    assert_eq!(statuses(&r), ["APPLIED", "APPLIED"], "{r}");
+    assert_eq!(
+        db.one::<Value>("select jsonb_agg(jsonb_build_array(pk, bucket, deleted) order by pk) from kizuna.changes").await,
+        json!([["1", format!("user:{ALICE}"), false], ["2", format!("user:{ALICE}"), false], ["3", format!("user:{ALICE}"), false]])
+    );
+}
+
 /// A key longer or finer than its column holds names no row: the wire's text key is cast to the
 /// column's type without its length or precision (an explicit cast to `varchar(8)` cut it to its
 /// first eight characters, and a delete of one key removed another row), alone and in a run of
