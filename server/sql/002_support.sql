@@ -126,12 +126,14 @@ begin
 end
 $$;
 
--- The type of synced table `t`'s key column; fails the request when the column is gone.
+-- The type of synced table `t`'s key column; fails the request when the column is gone. Null when
+-- the table itself is gone (dropped, not unregistered): no table to wait for, so its writes are
+-- refused as a table that is not synced.
 create or replace function kizuna.key_type_of(t kizuna.synced_tables) returns text language plpgsql stable as $$
 declare
   key_type constant text := kizuna.column_type(t.rel, t.pk_column);
 begin
-  if key_type is null then
+  if key_type is null and exists (select 1 from pg_class c where c.oid = t.rel) then
     perform kizuna.fail_stale_registration(t);
   end if;
   return key_type;

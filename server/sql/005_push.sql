@@ -505,6 +505,9 @@ begin
     return kizuna.rejected(m, 'SCHEMA_MISMATCH', 'the table is not synced');
   end if;
   key_type := kizuna.key_type_of(t);
+  if key_type is null then
+    return kizuna.rejected(m, 'SCHEMA_MISMATCH', 'the table is not synced');
+  end if;
   -- One spelling per key: the change log, the column versions and the key locks compare keys as
   -- text, so a uuid or number sent in another spelling (upper case, leading zeros) must not read as
   -- a key never seen, which would resurrect a deleted row or bypass its column order.

@@ -197,8 +197,8 @@ begin
       return null;
     end if;
     select s.* into t from kizuna.synced_tables s where s.name = g.tbl;
-    if t.name is null or not has_table_privilege(t.rel, 'SELECT') then
-      continue;  -- no privilege: nothing is visible
+    if t.name is null or not coalesce(has_table_privilege(t.rel, 'SELECT'), false) then
+      continue;  -- no privilege (or no table: dropped): nothing is visible
     end if;
     if g.live is not null then
       execute format('select count(*) from unnest(cast($1 as %3$s[])) as k(pk) join %1$s r on r.%2$I = k.pk',

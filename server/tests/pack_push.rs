@@ -457,6 +457,13 @@ async fn a_push_to_a_table_whose_key_or_bucket_column_was_renamed_waits_for_it_t
         db.one::<Value>("select jsonb_agg(jsonb_build_array(pk, bucket, deleted) order by pk) from kizuna.changes").await,
         json!([["1", format!("user:{ALICE}"), false], ["2", format!("user:{ALICE}"), false], ["3", format!("user:{ALICE}"), false]])
     );
+
+    // A table dropped outright is no table to wait for: its writes are refused, and pulls go on.
+    db.exec("drop table public.counters cascade").await;
+    let r = db.push(&alice, push_request(DEVICE, vec![upsert(4, "4")])).await.unwrap();
+    assert_eq!(statuses(&r), ["REJECTED:SCHEMA_MISMATCH"], "{r}");
+    let bucket = format!("user:{ALICE}");
+    assert!(support::db::pull_run(db.client(), &alice, DEVICE, None, &[&bucket], 10).await.is_ok());
 }
 
 /// A key longer or finer than its column holds names no row: the wire's text key is cast to the
