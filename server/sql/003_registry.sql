@@ -223,6 +223,15 @@ begin
   elsif kizuna.column_type(tbl, key_col) is null then
     raise exception 'kizuna.register_table: % has no column %', tbl, key_col;
   end if;
+  -- A table dropped outright (DROP TABLE ... CASCADE, not unregister_table) leaves its registry
+  -- row: its name is free for the table that replaces it, whose backfill below turns the old
+  -- table's entries into tombstones unless it has the same keys. Its column versions go: they
+  -- ordered writes to rows that are gone.
+  if exists (select 1 from kizuna.synced_tables t where t.name = wire_name and t.rel <> tbl
+                and not exists (select 1 from pg_class c where c.oid = t.rel)) then
+    delete from kizuna.synced_tables t where t.name = wire_name;
+    delete from kizuna.column_versions v where v.tbl = wire_name;
+  end if;
   if exists (select 1 from kizuna.synced_tables t where t.name = wire_name and t.rel <> tbl) then
     raise exception 'kizuna.register_table: the name % is taken by another table', wire_name;
   end if;

@@ -464,6 +464,20 @@ async fn a_push_to_a_table_whose_key_or_bucket_column_was_renamed_waits_for_it_t
     assert_eq!(statuses(&r), ["REJECTED:SCHEMA_MISMATCH"], "{r}");
     let bucket = format!("user:{ALICE}");
     assert!(support::db::pull_run(db.client(), &alice, DEVICE, None, &[&bucket], 10).await.is_ok());
+    // A table of the same name takes its place: registering it was refused, the name taken.
+    db.exec(&format!(
+        "create table public.counters (id integer primary key, label text, owner uuid not null default auth.uid());
+         insert into public.counters (id, owner) values (3, '{ALICE}');
+         grant select, insert, update, delete on public.counters to authenticated;
+         select kizuna.register_table('public.counters', bucket => $$'user:' || owner$$);"
+    ))
+    .await;
+    let r = db.push(&alice, push_request(DEVICE, vec![upsert(5, "4")])).await.unwrap();
+    assert_eq!(statuses(&r), ["APPLIED"], "{r}");
+    assert_eq!(
+        db.one::<Value>("select jsonb_agg(jsonb_build_array(pk, deleted) order by pk) from kizuna.changes").await,
+        json!([["1", true], ["2", true], ["3", false], ["4", false]])
+    );
 }
 
 /// A key longer or finer than its column holds names no row: the wire's text key is cast to the
