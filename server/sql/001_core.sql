@@ -166,6 +166,9 @@ create table if not exists kizuna.synced_tables (
 -- null when the expression reads a table (a subquery) or could not be analysed: such tables take
 -- the per-mutation path. Filled by kizuna.compile_table.
 alter table kizuna.synced_tables add column if not exists bucket_functions oid[];
+-- The table's columns (names and types, kizuna.table_shape) when it was last registered: a
+-- registration that finds them changed announces every row again (kizuna.register_table).
+alter table kizuna.synced_tables add column if not exists shape text;
 grant select on kizuna.synced_tables to anon, authenticated, service_role;
 
 -- Changes made by the current transaction, captured by the row triggers and numbered at commit.

@@ -114,6 +114,12 @@ create or replace function kizuna.key_is_exact(rel regclass, col name) returns b
      where a.attrelid = rel and a.attname = col and a.attnum > 0 and not a.attisdropped), false)
 $$;
 
+-- A table's columns, names and types in order, as one text (hashed): what a migration changes.
+create or replace function kizuna.table_shape(rel regclass) returns text language sql stable as $$
+  select md5(string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ' order by a.attnum))
+    from pg_attribute a where a.attrelid = rel and a.attnum > 0 and not a.attisdropped
+$$;
+
 -- Fails the request as the server's fault (SQLSTATE 55000: the gateway answers 500, the client
 -- retries, nothing is lost) because synced table `t` no longer matches its registration: a column
 -- its key or bucket names was renamed or dropped. Writes to it were refused SCHEMA_MISMATCH, a

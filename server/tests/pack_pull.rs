@@ -301,3 +301,34 @@ async fn writes_made_in_a_replication_session_reach_clients_like_any_other() {
     let fresh = pull_run(db.client(), &alice, "c0000000-0000-4000-8000-0000000000a9", None, &[&bucket()], 100).await.unwrap();
     assert_eq!(fresh.entries.len(), 6);
 }
+
+/// A migration that adds a column with a default fires no trigger, so a device that had the rows
+/// kept them without it, for as long as no row changed. Registering the table again (an app's setup
+/// runs it at every start) finds its columns changed and announces every row again: the next pull
+/// from the device's checkpoint brings each row as it is now. With no change of columns, it brings
+/// nothing.
+#[tokio::test]
+async fn a_table_registered_again_after_a_migration_changed_its_columns_brings_every_row_again() {
+    let db = TestDb::with_todos().await;
+    let alice = Caller::user(ALICE);
+    six_rows(&db, &alice).await;
+    let b = bucket();
+    let register = "select kizuna.register_table('public.todos', bucket => $$'user:' || owner$$, gate => 'public.todos_gate(text, jsonb)')";
+    let run = pull_run(db.client(), &alice, DEVICE, None, &[&b], 10).await.unwrap();
+    assert_eq!(run.entries.len(), 6);
+
+    db.exec(register).await;
+    let again = pull_run(db.client(), &alice, DEVICE, Some(&run.checkpoint), &[&b], 10).await.unwrap();
+    assert_eq!(again.entries.len(), 0, "nothing changed: {:?}", again.entries);
+
+    db.exec(&format!("alter table public.todos add column color text not null default 'red'; {register}")).await;
+    let after = pull_run(db.client(), &alice, DEVICE, Some(&again.checkpoint), &[&b], 10).await.unwrap();
+    let rows: Vec<(String, Value)> = after.entries.iter().map(|e| (e["pk"].as_str().unwrap().to_string(), e["row"]["color"].clone())).collect();
+    assert_eq!(rows.len(), 6, "{:?}", after.entries);
+    assert!(rows.iter().all(|(_, color)| color == "red"), "{rows:?}");
+
+    // Once: the next registration finds the columns as they were at the last one.
+    db.exec(register).await;
+    let last = pull_run(db.client(), &alice, DEVICE, Some(&after.checkpoint), &[&b], 10).await.unwrap();
+    assert_eq!(last.entries.len(), 0, "{:?}", last.entries);
+}
