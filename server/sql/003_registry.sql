@@ -249,18 +249,19 @@ begin
         journal = excluded.journal, gate = excluded.gate;
   perform kizuna.compile_table(wire_name);
   update kizuna.synced_tables t set shape = kizuna.table_shape(tbl) where t.name = wire_name returning * into entry;
+  -- Its columns changed since it was last registered (a migration added, dropped, renamed or
+  -- retyped one, which fires no trigger): devices hold its rows as they were, and a pull brings a
+  -- row only when it changes. Every live entry is announced again at one new number, so each
+  -- device's next pull brings every row as it is now. (A registration before the pack kept shapes
+  -- records one.)
+  if before.shape is not null and before.shape <> entry.shape then
+    s := kizuna.fence_now();
+    update kizuna.changes c set seq = s, changed_at = now() where c.tbl = wire_name and not c.deleted;
+  end if;
   -- Registered already, with the same key and bucket expression: its triggers have kept the log
   -- whole, so there is nothing to enter again (re-running an app's setup SQL at every start must
   -- not scan the table: 30,000 rows took 25 s).
   if before.name is not null and before.pk_column = key_col and before.bucket_expr = bucket then
-    -- Unless its columns changed since (a migration added, dropped or retyped one, which fires no
-    -- trigger): devices hold its rows as they were, and a pull brings a row only when it changes.
-    -- Every live entry is announced again at one new number, so each device's next pull brings
-    -- every row as it is now. (A registration before the pack kept shapes records one.)
-    if before.shape is not null and before.shape <> entry.shape then
-      s := kizuna.fence_now();
-      update kizuna.changes c set seq = s, changed_at = now() where c.tbl = wire_name and not c.deleted;
-    end if;
     return;
   end if;
 

@@ -331,4 +331,11 @@ async fn a_table_registered_again_after_a_migration_changed_its_columns_brings_e
     db.exec(register).await;
     let last = pull_run(db.client(), &alice, DEVICE, Some(&after.checkpoint), &[&b], 10).await.unwrap();
     assert_eq!(last.entries.len(), 0, "{:?}", last.entries);
+
+    // A renamed key column: registered with its new name, the rows come again under it.
+    db.exec("alter table public.todos rename column id to todo_id").await;
+    db.exec(register).await;
+    let renamed = pull_run(db.client(), &alice, DEVICE, Some(&last.checkpoint), &[&b], 10).await.unwrap();
+    assert_eq!(renamed.entries.len(), 6, "{:?}", renamed.entries);
+    assert!(renamed.entries.iter().all(|e| e["row"]["todo_id"] == e["pk"] && e["row"].get("id").is_none()), "{:?}", renamed.entries);
 }
