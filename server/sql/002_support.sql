@@ -146,12 +146,17 @@ begin
 end
 $$;
 
--- True when an error was raised in the functions compiled for synced table `t` (its bucket, the
--- capture trigger's reading of a row), by its `pg_exception_context`: a column they name is gone.
-create or replace function kizuna.raised_in_registration(t kizuna.synced_tables, context text) returns boolean
-language sql immutable as $$
-  select strpos(context, format('SQL function "place_%s"', t.rel::oid)) > 0
-      or strpos(context, format('SQL function "bucket_%s"', t.rel::oid)) > 0
+-- Fails the request as kizuna.fail_stale_registration does when an error (its
+-- `pg_exception_context`) was raised in the functions compiled for synced table `t`: its bucket, the
+-- capture trigger's reading of a row. A column they name is gone.
+create or replace function kizuna.fail_if_raised_in_registration(t kizuna.synced_tables, context text) returns void
+language plpgsql as $$
+begin
+  if strpos(context, format('SQL function "place_%s"', t.rel::oid)) > 0
+     or strpos(context, format('SQL function "bucket_%s"', t.rel::oid)) > 0 then
+    perform kizuna.fail_stale_registration(t);
+  end if;
+end
 $$;
 
 -- `key` (a key as text) as a value of the type of `type_of` (a null of that type), or null when it

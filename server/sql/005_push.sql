@@ -669,9 +669,7 @@ begin
     when insufficient_privilege then return kizuna.rejected(m, 'RLS_DENIED');
     when undefined_column or datatype_mismatch or cannot_coerce or sqlstate '428C9' then
       get stacked diagnostics err_context = pg_exception_context;
-      if kizuna.raised_in_registration(t, err_context) then
-        perform kizuna.fail_stale_registration(t);
-      end if;
+      perform kizuna.fail_if_raised_in_registration(t, err_context);
       return kizuna.rejected(m, 'SCHEMA_MISMATCH');
     when others then
       -- What this mutation's data or the application's own SQL (triggers, checks, the functions
@@ -726,9 +724,7 @@ begin
     b := kizuna.bucket_of(t.rel, r);
   exception when undefined_column or datatype_mismatch then
     get stacked diagnostics err_context = pg_exception_context;
-    if kizuna.raised_in_registration(t, err_context) then
-      perform kizuna.fail_stale_registration(t);
-    end if;
+    perform kizuna.fail_if_raised_in_registration(t, err_context);
     raise;
   end;
   if b is not null then
