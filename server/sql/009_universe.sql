@@ -120,13 +120,15 @@ declare
   after_new text;
 begin
   select * into strict t from kizuna.universe_tables where rel = table_rel;
-  -- Generated columns are computed on the target, never sent (the target refuses them).
+  -- Generated columns are computed on the target, never sent (the target refuses them). The row is
+  -- `$1`, never its name beside the columns in scope: a column named `kz_row` read as it, and such
+  -- a table's rows were never queued.
   generated := array(select a.attname::text from pg_attribute a
                       where a.attrelid = table_rel and a.attnum > 0 and not a.attisdropped and a.attgenerated <> '');
   execute format('create or replace function kizuna.%I(kz_row %s) returns jsonb language sql stable
                   set search_path = pg_catalog, public as %L',
     image_fn, table_rel,
-    format('select case when %s then to_jsonb(kz_row) - %L::text[] end from (select (kz_row).*) as kz_cols',
+    format('select case when %s then to_jsonb($1) - %L::text[] end from (select (kz_row).*) as kz_cols',
            coalesce('coalesce((' || t.row_filter || ')::boolean, false)', 'true'), generated));
   execute format('create or replace function kizuna.%I(kz_row %s) returns timestamptz language sql stable
                   set search_path = pg_catalog, public as %L',
