@@ -49,10 +49,10 @@ begin
   -- migration changed it (integer to bigint), every later write to the table failed in every
   -- session that wrote to it before (each of the gateway's pooled connections), its pushes refused
   -- as SCHEMA_MISMATCH. A SQL function with a SET clause is never inlined: it reads the row's type
-  -- afresh at each statement. The key as a column of `kz_cols`: as `(kz_row).<key>`, a column named
-  -- `kz_row` was read in the row's place. One call for both: a second one cost about 3 µs more per row written
-  -- (50,000-row INSERTs, the trigger's reading alone: 3 µs a row in one call, 4 µs for the bucket
-  -- call and `new.<key>` before, 7 µs in two calls).
+  -- afresh at each statement. The key as a column of `kz_cols`: as `(kz_row).<key>`, a column
+  -- named `kz_row` was read in the row's place. One call for both: a second one cost about 3 µs
+  -- more per row written (50,000-row INSERTs, the trigger's reading alone: 3 µs a row in one call,
+  -- 4 µs for the bucket call and `new.<key>` before, 7 µs in two calls).
   execute format($f$
     create or replace function kizuna.%I(kz_row %s) returns text[]
     language sql stable set search_path = pg_catalog, public as %L
