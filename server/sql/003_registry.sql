@@ -211,6 +211,7 @@ declare
   wire_name text := coalesce(name, (select relname from pg_class where oid = tbl));
   key_col name := pk_column;
   s bigint;
+  dropped regclass;
   entry kizuna.synced_tables;
   before kizuna.synced_tables;
 begin
@@ -227,12 +228,14 @@ begin
   -- A table dropped outright (DROP TABLE ... CASCADE, not unregister_table) leaves its registry
   -- row: its name is free for the table that replaces it, whose backfill below turns the old
   -- table's entries into tombstones unless it has the same keys. Its column versions go: they
-  -- ordered writes to rows that are gone.
-  if exists (select 1 from kizuna.synced_tables t where t.name = wire_name and t.rel <> tbl
-                and not exists (select 1 from pg_class c where c.oid = t.rel)) then
+  -- ordered writes to rows that are gone; so does its tombstone index (CASCADE leaves it: it is an
+  -- index of the change log, not of the table).
+  for dropped in select t.rel from kizuna.synced_tables t where t.name = wire_name and t.rel <> tbl
+                 and not exists (select 1 from pg_class c where c.oid = t.rel) loop
+    perform kizuna.drop_deleted_indexes(dropped);
     delete from kizuna.synced_tables t where t.name = wire_name;
     delete from kizuna.column_versions v where v.tbl = wire_name;
-  end if;
+  end loop;
   if exists (select 1 from kizuna.synced_tables t where t.name = wire_name and t.rel <> tbl) then
     raise exception 'kizuna.register_table: the name % is taken by another table', wire_name;
   end if;
