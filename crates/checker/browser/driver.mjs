@@ -81,7 +81,7 @@ const commands = {
   write: ({ c, writes }) => c.page.evaluate((w) => window.harness.write(w), writes),
   sync: ({ c }) => c.page.evaluate(() => window.harness.sync()),
   progress: ({ c }) => c.page.evaluate(() => window.harness.progress()),
-  read: ({ c }) => c.page.evaluate(() => window.harness.read()),
+  read: ({ c, written }) => c.page.evaluate((w) => window.harness.read({ written: w }), written),
   // An app that reloads: it closes its client first (what an app's unload handler does).
   async reload({ c, buckets }) {
     if (buckets) c.params.buckets = buckets;

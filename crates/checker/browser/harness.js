@@ -83,16 +83,18 @@ window.harness = {
    * Everything the device shows, at one moment: the checkpoint, the visible rows and the pending
    * writes, read again until no event arrived and no checkpoint committed while it read.
    */
-  async read() {
+  async read({ written = [] } = {}) {
     for (let attempt = 0; attempt < 100; attempt++) {
       const n = this.n;
       const { horizon, buckets } = this.client.getCheckpoint();
       const pending = this.client.pendingWrites();
-      // A table's rows carry their keys in `id`, but a row that exists only as a pending patch
-      // holds just the columns it names: those are read by key.
+      // A table's rows carry their keys in `id`, but a row that exists only as the device's own
+      // patch (pending, or acknowledged and not yet pulled) holds just the columns it names: the
+      // keys the device wrote (`written`, from the driver, across pages) are read by key.
+      const keys = new Map([...written, ...pending].map(({ table, pk }) => [`${table}/${pk}`, { table, pk }]));
       const [tables, patched] = await Promise.all([
         Promise.all(TABLES.map((t) => this.client.list(t))),
-        Promise.all(pending.map((e) => this.client.get(e.table, e.pk).then((row) => [`${e.table}/${e.pk}`, row]))),
+        Promise.all([...keys].map(([name, { table, pk }]) => this.client.get(table, pk).then((row) => [name, row]))),
       ]);
       if (n === this.n && horizon === this.client.getCheckpoint().horizon) {
         const rows = {};

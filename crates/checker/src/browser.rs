@@ -275,7 +275,9 @@ impl BrowserClient {
     }
 
     pub async fn read(&mut self) -> Result<(), String> {
-        let answer = self.call("read", json!({})).await?;
+        let written: std::collections::BTreeSet<(&str, &str)> = self.rec.writes.values().map(|e| (e.table.as_str(), e.pk.as_str())).collect();
+        let written: Vec<Value> = written.into_iter().map(|(table, pk)| json!({"table": table, "pk": pk})).collect();
+        let answer = self.call("read", json!({ "written": written })).await?;
         let at = moment(&answer)?;
         let rows = answer["rows"].as_object().cloned().unwrap_or_default().into_iter().collect();
         let pending = answer["pending"].as_array().into_iter().flatten().map(entry).collect::<Result<Vec<_>, _>>()?;
