@@ -4,7 +4,9 @@
 //! upsert inserts or assigns the columns it names, a patch assigns, a delete removes; `n` counts the
 //! writes a row took), then rendered as a user's policies and buckets do. In `hist_items` a named
 //! column is always assigned (arrival order); in `hist_notes` (hlc mode) only when the write's
-//! clock is above the clock of the column's last assignment, as the pack orders columns.
+//! clock is above the clock of the column's last assignment, as the pack orders columns. A
+//! plain-SQL write stamps what its row trigger can see it set: an INSERT's non-null columns, an
+//! UPDATE's changed ones.
 
 use std::collections::BTreeMap;
 
@@ -24,7 +26,7 @@ pub struct Effect {
     pub pk: String,
     /// The write's origin clock (the engine's, or the one the SQL writer set).
     pub hlc: Option<String>,
-    /// A plain-SQL write: it assigns what it names whatever the clocks (and stamps its own).
+    /// A plain-SQL write: it assigns what it changes whatever the clocks (and stamps its own).
     pub sql: bool,
     pub op: Op,
     pub columns: Option<Row>,
@@ -58,6 +60,11 @@ impl Model {
                 (Op::Upsert | Op::Patch, Some(row)) => {
                     let object = row.as_object_mut().expect("rows are objects");
                     for (column, value) in named {
+                        // A plain-SQL UPDATE assigns only what it changes: the pack's row trigger
+                        // sees the row before and after, not the columns the statement named.
+                        if e.sql && object.get(&column) == Some(&value) {
+                            continue;
+                        }
                         let clock = (name.clone(), column.clone());
                         let wins = match (hlc_mode && !e.sql, &e.hlc, clocks.get(&clock)) {
                             (true, Some(mine), Some(theirs)) => mine.as_str() > theirs.as_str(),
@@ -78,7 +85,8 @@ impl Model {
                                          "a": null, "b": null, "x": null, "title": null, "n": 1});
                     let object = row.as_object_mut().expect("object");
                     for (column, value) in named {
-                        if let Some(h) = &e.hlc {
+                        // A plain-SQL INSERT stamps the columns it sets to a value, not its nulls.
+                        if let Some(h) = e.hlc.as_ref().filter(|_| !(e.sql && value.is_null())) {
                             clocks.insert((name.clone(), column.clone()), h.clone());
                         }
                         object.insert(column, value);
