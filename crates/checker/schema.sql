@@ -11,13 +11,22 @@ create or replace function public.hist_gate(op text, row_ jsonb) returns boolean
   select op = 'delete' or coalesce(row_ ->> 'title', '') <> 'refuse-me'
 $$;
 
+-- How each table is registered: here, and again after a history's migration (history.rs).
+create or replace function public.hist_register(t regclass) returns void language plpgsql as $$
+begin
+  perform kizuna.register_table(t, bucket => $b$'hl:' || list$b$,
+                                conflict_mode => case (select relname from pg_class where oid = t) when 'hist_notes' then 'hlc' else 'arrival' end,
+                                gate => 'public.hist_gate(text, jsonb)');
+end
+$$;
+
 -- Two tables alike but for their conflict mode: hist_items orders columns by arrival, hist_notes
 -- by the writers' hybrid logical clocks.
 do $do$
 declare
   t record;
 begin
-  for t in select * from (values ('hist_items', 'arrival'), ('hist_notes', 'hlc')) v(name, mode) loop
+  for t in select * from (values ('hist_items'), ('hist_notes')) v(name) loop
     execute format($f$
       create table if not exists public.%1$I (
         id text primary key,
@@ -45,8 +54,7 @@ begin
         create policy hist_delete on public.%1$I for delete using (owner = (select auth.uid()));
       $f$, t.name);
     end if;
-    perform kizuna.register_table(('public.' || t.name)::regclass, bucket => $$'hl:' || list$$,
-                                  conflict_mode => t.mode, gate => 'public.hist_gate(text, jsonb)');
+    perform public.hist_register(('public.' || t.name)::regclass);
   end loop;
 end
 $do$;

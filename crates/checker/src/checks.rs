@@ -236,7 +236,7 @@ pub fn trace_of(records: &[&Record], sql: &[Effect], violations: &[String], tag:
     for v in violations {
         for word in v.split(|c: char| !(c.is_alphanumeric() || c == '-' || c == '_' || c == '/')) {
             let pk = word.split_once('/').map_or(word, |(_, pk)| pk);
-            if pk.starts_with(tag) && pk.contains("-k") && !keys.iter().any(|k| k == pk) {
+            if pk.starts_with(tag) && (pk.contains("-k") || pk.contains("-bulk")) && !keys.iter().any(|k| k == pk) {
                 keys.push(pk.to_owned());
             }
         }

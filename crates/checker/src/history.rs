@@ -17,6 +17,7 @@ use crate::checks;
 use crate::device::Device;
 use crate::gateway::Gateway;
 use crate::model::Effect;
+use crate::operator;
 use crate::plan::{Action, Key, Plan, Step, PLANS};
 use crate::prng::Prng;
 use crate::proxy::Proxy;
@@ -173,6 +174,14 @@ pub async fn run(seed: u64, plan: &Plan, keep: &dyn Fn(&Step) -> bool, setup: &m
                     setup.gateway.restart().await?;
                 }
             }
+            Action::SqlBulk { list: from, to, fill, owner } => {
+                let prefix = format!("{tag}-bulk{}", step.index);
+                let to = to.map(list);
+                let (effects, created) = operator::bulk(setup.pg, &prefix, &users[*owner], &list(*from), to.as_deref(), *fill).await?;
+                sql_log.lock().unwrap().extend(effects);
+                known.lock().unwrap().extend(created);
+            }
+            Action::Migrate { table } => operator::migrate(setup.pg, table).await?,
             Action::Read => clients[c].read().await?,
             Action::Sync => {
                 clients[c].sync().await?;

@@ -21,6 +21,7 @@ mod device;
 mod gateway;
 mod history;
 mod model;
+mod operator;
 mod plan;
 mod prng;
 mod proxy;
@@ -114,7 +115,7 @@ async fn run() -> Result<bool, String> {
     let (pg, conn) = tokio_postgres::connect(&args.database_url, tokio_postgres::NoTls).await.map_err(|e| e.to_string())?;
     tokio::spawn(conn);
     let mut gateway = gateway::Gateway::start(&args.gateway, &args.database_url).await?;
-    pg.batch_execute(include_str!("../schema.sql")).await.map_err(|e| format!("schema: {e}"))?;
+    pg.batch_execute(include_str!("../schema.sql")).await.map_err(|e| format!("schema: {}", e.as_db_error().map_or(e.to_string(), ToString::to_string)))?;
     if args.plant_bug {
         pg.batch_execute(PLANTED_BUG).await.map_err(|e| format!("planting the bug: {e}"))?;
     }
@@ -125,6 +126,8 @@ async fn run() -> Result<bool, String> {
 
     let (mut histories, mut with_browser, mut operations, mut faults, mut violations) = (0u64, 0u64, 0u64, 0u64, 0usize);
     let (mut caught, mut unshrunk) = (0u64, 0u64);
+    // The operator's steps run (operator.rs): bulk transactions and migrations.
+    let (mut bulks, mut migrations) = (0usize, 0usize);
     for seed in args.seeds.clone() {
         let plan = plan::plan(seed);
         let in_browser = args.browser_every > 0 && seed % args.browser_every == 0;
@@ -145,6 +148,9 @@ async fn run() -> Result<bool, String> {
             }
         }
         operations += report.operations;
+        let kept = || plan.steps.iter().filter(|s| keep(s));
+        bulks += kept().filter(|s| matches!(s.action, plan::Action::SqlBulk { .. })).count();
+        migrations += kept().filter(|s| matches!(s.action, plan::Action::Migrate { .. })).count();
         faults += report.faults;
         if report.violations.is_empty() {
             if args.plant_bug {
@@ -203,6 +209,7 @@ async fn run() -> Result<bool, String> {
     if with_browser > 0 {
         println!("{with_browser} of {histories} histories had a client in a real browser");
     }
+    println!("{bulks} bulk SQL transactions and {migrations} migrations ran among the histories");
     println!("histories: {histories}, operations: {operations}, faults: {faults}, violations: {violations}");
     Ok(violations == 0)
 }

@@ -55,6 +55,14 @@ pub enum Action {
     Reap,
     /// A read of everything the client shows.
     Read,
+    /// An operator's bulk SQL in one transaction: `fill` new rows of user `owner` put in `list`
+    /// (in both tables), then every row of the list moved to list `to` (another bucket) or, without
+    /// one, deleted. A commit of many rows and buckets, read by clients in pages of two entries.
+    SqlBulk { list: usize, to: Option<usize>, fill: u64, owner: usize },
+    /// A migration while clients write: the table's key and one column change type (text and
+    /// varchar in turn), a column is added with a default and dropped, and the table is registered
+    /// again, which announces its rows anew.
+    Migrate { table: &'static str },
     /// A round of sync work: a push if due, then a pull run if due.
     Sync,
 }
@@ -137,6 +145,11 @@ pub fn plan(seed: u64) -> Plan {
                 Some(Action::Crash { after_ms: rng.below(15), key, writers })
             }
             80..=84 => Some(Action::Read),
+            85..=86 => {
+                let to = rng.chance(50).then(|| rng.below(3) as usize);
+                Some(Action::SqlBulk { list: rng.below(3) as usize, to, fill: 10 + rng.below(40), owner: rng.below(2) as usize })
+            }
+            87 => Some(Action::Migrate { table: TABLES[rng.below(2) as usize] }),
             _ => {
                 for _ in 0..1 + rng.below(3) {
                     push(rng.below(3) as usize, Action::Sync);
