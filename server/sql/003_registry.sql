@@ -24,8 +24,10 @@ begin
 end
 $$;
 
+-- `kizuna.registering` is on while it runs: the ALTER TABLE it issues is not a migration for
+-- kizuna.follow_migration to take up.
 create or replace function kizuna.compile_table(table_name text) returns void
-language plpgsql security definer set search_path = pg_catalog, public as $$
+language plpgsql security definer set search_path = pg_catalog, public set kizuna.registering = 'on' as $$
 declare
   t kizuna.synced_tables;
   oid_ text;
@@ -206,13 +208,12 @@ create or replace function kizuna.register_table(
   pk_column name default null,
   name text default null
 ) returns void
-language plpgsql security definer set search_path = pg_catalog, public as $$
+language plpgsql security definer set search_path = pg_catalog, public set kizuna.registering = 'on' as $$
 declare
   wire_name text := coalesce(name, (select relname from pg_class where oid = tbl));
   key_col name := pk_column;
   s bigint;
   dropped regclass;
-  entry kizuna.synced_tables;
   before kizuna.synced_tables;
 begin
   if key_col is null then
@@ -252,16 +253,7 @@ begin
         conflict_mode = excluded.conflict_mode, max_batch_size = excluded.max_batch_size,
         journal = excluded.journal, gate = excluded.gate;
   perform kizuna.compile_table(wire_name);
-  update kizuna.synced_tables t set shape = kizuna.table_shape(tbl) where t.name = wire_name returning * into entry;
-  -- Its columns changed since it was last registered (a migration added, dropped, renamed or
-  -- retyped one, which fires no trigger): devices hold its rows as they were, and a pull brings a
-  -- row only when it changes. Every live entry is announced again at one new number, so each
-  -- device's next pull brings every row as it is now. (A registration before the pack kept shapes
-  -- records one.)
-  if before.shape is not null and before.shape <> entry.shape then
-    s := kizuna.fence_now();
-    update kizuna.changes c set seq = s, changed_at = now() where c.tbl = wire_name and not c.deleted;
-  end if;
+  perform kizuna.take_up_shape(wire_name);
   -- Registered already, with the same key and bucket expression: its triggers have kept the log
   -- whole, so there is nothing to enter again (re-running an app's setup SQL at every start must
   -- not scan the table: 30,000 rows took 25 s).
@@ -293,6 +285,83 @@ begin
              where e.tbl = $1 and not e.deleted and now_.bucket is distinct from e.bucket) gone
      where c.tbl = $1 and c.pk = gone.pk and c.bucket = gone.bucket
   $q$, key_col, tbl, 'bucket_' || tbl::oid::text) using wire_name, s;
+end
+$$;
+
+-- Takes up a migration of synced table `wire_name`: records its columns (kizuna.table_shape) and,
+-- when they changed since they were last recorded (a migration added, dropped, renamed or retyped
+-- one, which fires no row trigger), announces every live entry again at one new number. Devices
+-- hold its rows as they were, and a pull brings a row only when it changes: so each device's next
+-- pull brings every row as it is now. (A registration before the pack kept shapes records one.)
+create or replace function kizuna.take_up_shape(wire_name text) returns void
+language plpgsql set search_path = pg_catalog as $$
+declare
+  recorded text;
+  now_shape text;
+  s bigint;
+begin
+  select t.shape, kizuna.table_shape(t.rel) into recorded, now_shape from kizuna.synced_tables t where t.name = wire_name;
+  if recorded is not distinct from now_shape then
+    return;
+  end if;
+  update kizuna.synced_tables t set shape = now_shape where t.name = wire_name;
+  if recorded is not null then
+    s := kizuna.fence_now();
+    update kizuna.changes c set seq = s, changed_at = now() where c.tbl = wire_name and not c.deleted;
+  end if;
+end
+$$;
+
+-- Follows a migration of a synced table as it commits (an event trigger at the end of each ALTER
+-- TABLE, where the pack was installed by a superuser): recompiles the table's functions and takes
+-- up its new columns, as registering it again would. Without it, devices kept their copy of every
+-- row without an added column (or with a retyped column's old spelling) until the row changed, or
+-- until the app's setup registered the table again. A migration the registration cannot follow (a
+-- column its key or bucket names was renamed or dropped) is let through with a warning: pushes to
+-- the table then fail as the server's fault until it is registered again (kizuna.key_type_of).
+create or replace function kizuna.follow_migration() returns event_trigger
+language plpgsql security definer set search_path = pg_catalog as $$
+declare
+  t kizuna.synced_tables;
+begin
+  if current_setting('kizuna.registering', true) = 'on' then
+    return;
+  end if;
+  for t in select s.* from kizuna.synced_tables s
+            where s.shape is not null
+              and s.rel in (select c.objid from pg_event_trigger_ddl_commands() c where c.classid = 'pg_class'::regclass)
+              and s.shape is distinct from kizuna.table_shape(s.rel) loop
+    begin
+      if kizuna.column_type(t.rel, t.pk_column) is null then
+        raise exception 'its key column % is gone', t.pk_column;
+      end if;
+      perform kizuna.compile_table(t.name);
+      perform kizuna.take_up_shape(t.name);
+      -- Its compiled bucket must still read the row: a renamed bucket column fails here.
+      execute format('select kizuna.%I(r) from %s r limit 1', 'bucket_' || t.rel::oid::text, t.rel);
+    exception when others then
+      raise warning 'kizuna: the migration of synced table % cannot be followed (%): register it again with kizuna.register_table', t.rel, sqlerrm;
+    end;
+  end loop;
+exception when others then
+  -- Never the reason an operator's ALTER TABLE fails.
+  raise warning 'kizuna: migrations cannot be followed (%): register migrated tables again with kizuna.register_table', sqlerrm;
+end
+$$;
+
+do $$
+begin
+  if not exists (select 1 from pg_event_trigger where evtname = 'kizuna_follow_migration') then
+    begin
+      create event trigger kizuna_follow_migration on ddl_command_end when tag in ('ALTER TABLE')
+        execute function kizuna.follow_migration();
+    exception when insufficient_privilege then
+      raise notice 'kizuna: following migrations needs an event trigger, which needs a superuser: register a table again after migrating it';
+    end;
+  end if;
+  if exists (select 1 from pg_event_trigger where evtname = 'kizuna_follow_migration' and evtenabled <> 'A') then
+    alter event trigger kizuna_follow_migration enable always;
+  end if;
 end
 $$;
 

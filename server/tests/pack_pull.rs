@@ -339,3 +339,43 @@ async fn a_table_registered_again_after_a_migration_changed_its_columns_brings_e
     assert_eq!(renamed.entries.len(), 6, "{:?}", renamed.entries);
     assert!(renamed.entries.iter().all(|e| e["row"]["todo_id"] == e["pk"] && e["row"].get("id").is_none()), "{:?}", renamed.entries);
 }
+
+#[tokio::test]
+async fn a_migration_of_a_synced_table_reaches_every_device_without_registering_it_again() {
+    let db = TestDb::with_todos().await;
+    let alice = Caller::user(ALICE);
+    six_rows(&db, &alice).await;
+    let b = bucket();
+    let run = pull_run(db.client(), &alice, DEVICE, None, &[&b], 10).await.unwrap();
+    assert_eq!(run.entries.len(), 6);
+
+    // An index changes no column: nothing to bring.
+    db.exec("create index todos_title on public.todos (title)").await;
+    let quiet = pull_run(db.client(), &alice, DEVICE, Some(&run.checkpoint), &[&b], 10).await.unwrap();
+    assert_eq!(quiet.entries.len(), 0, "{:?}", quiet.entries);
+
+    // A column added with a default, in the operator's own migration: the pack's event trigger takes
+    // it up as the ALTER commits, and every row comes again with it.
+    db.exec("alter table public.todos add column color text not null default 'red'").await;
+    let after = pull_run(db.client(), &alice, DEVICE, Some(&quiet.checkpoint), &[&b], 10).await.unwrap();
+    assert_eq!(after.entries.len(), 6, "{:?}", after.entries);
+    assert!(after.entries.iter().all(|e| e["row"]["color"] == "red"), "{:?}", after.entries);
+
+    // A retyped column changes how every value is spelt: devices get the new spellings.
+    db.exec("alter table public.todos alter column position type numeric(10, 2)").await;
+    let retyped = pull_run(db.client(), &alice, DEVICE, Some(&after.checkpoint), &[&b], 10).await.unwrap();
+    assert_eq!(retyped.entries.len(), 6, "{:?}", retyped.entries);
+
+    // Registering it again at the app's next start finds nothing new to announce.
+    db.exec("select kizuna.register_table('public.todos', bucket => $$'user:' || owner$$, gate => 'public.todos_gate(text, jsonb)')").await;
+    let again = pull_run(db.client(), &alice, DEVICE, Some(&retyped.checkpoint), &[&b], 10).await.unwrap();
+    assert_eq!(again.entries.len(), 0, "{:?}", again.entries);
+
+    // A migration the registration cannot follow (the bucket's column renamed) is not refused: the
+    // operator's ALTER commits, and pushes wait for the table to be registered again.
+    db.exec("alter table public.todos rename column owner to owned_by").await;
+    let refused = db.push(&alice, push_request(DEVICE, vec![mutation(7, "todos", "g", "upsert", json!({"title": "g"}))])).await;
+    let err = refused.expect_err("the table no longer matches its registration");
+    assert_eq!(err.code, "55000", "the server's fault, retried: {}", err.message);
+    assert!(err.message.contains("register it again"), "{}", err.message);
+}

@@ -203,10 +203,12 @@ async fn a_column_whose_type_changed_fails_no_pull_of_rows_deleted_before() {
     // tombstone was kept).
     db.exec("alter table public.cards alter column size type integer using size::integer").await;
 
-    // The phone hears of the delete; a device's first run counts and renders what it may see.
+    // The phone hears of the delete, and gets the live row again with its size retyped (the pack
+    // follows the migration); a device's first run counts and renders what it may see.
     let run = pull_run(db.client(), &alice, ALICE_PHONE, Some(&phone.checkpoint), &[&ab], 100).await.unwrap();
-    assert_eq!(keys(&run.entries), ["c1"]);
+    assert_eq!(keys(&run.entries), ["c1", "c2"]);
     assert_eq!(run.entries[0]["deleted"], true);
+    assert_eq!(run.entries[1]["row"]["size"], 2);
     for limit in [1, 100] {
         let first = pull_run(db.client(), &alice, ALICE_TABLET, None, &[&ab], limit).await.unwrap();
         let live: Vec<&Value> = first.entries.iter().filter(|e| e["deleted"] != json!(true)).collect();
