@@ -290,15 +290,18 @@ $$;
 
 -- Takes up a migration of synced table `wire_name`: records its columns (kizuna.table_shape) and,
 -- when they changed since they were last recorded (a migration added, dropped, renamed or retyped
--- one, which fires no row trigger), announces every live entry again at one new number. Devices
--- hold its rows as they were, and a pull brings a row only when it changes: so each device's next
--- pull brings every row as it is now. (A registration before the pack kept shapes records one.)
+-- one, which fires no row trigger), has every live entry announced again at the transaction's
+-- commit number. Devices hold its rows as they were, and a pull brings a row only when it changes:
+-- so each device's next pull brings every row as it is now. (A registration before the pack kept
+-- shapes records one.) The fence announces them as the transaction commits (kizuna.announcing):
+-- numbered here, the fence lock was held from the ALTER to the end of the migration's
+-- transaction, and every other synced commit of the database waited through its backfill.
 create or replace function kizuna.take_up_shape(wire_name text) returns void
 language plpgsql set search_path = pg_catalog as $$
 declare
   recorded text;
   now_shape text;
-  s bigint;
+  x constant xid8 := pg_current_xact_id();
 begin
   select t.shape, kizuna.table_shape(t.rel) into recorded, now_shape from kizuna.synced_tables t where t.name = wire_name;
   if recorded is not distinct from now_shape then
@@ -306,8 +309,8 @@ begin
   end if;
   update kizuna.synced_tables t set shape = now_shape where t.name = wire_name;
   if recorded is not null then
-    s := kizuna.fence_now();
-    update kizuna.changes c set seq = s, changed_at = now() where c.tbl = wire_name and not c.deleted;
+    insert into kizuna.announcing (xid, tbl) values (x, wire_name) on conflict do nothing;
+    insert into kizuna.tx_marker (xid) values (x) on conflict do nothing;
   end if;
 end
 $$;

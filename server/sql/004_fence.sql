@@ -95,6 +95,13 @@ begin
   on conflict (tbl, pk, col) do update set seq = excluded.seq, hlc = excluded.hlc, writer = excluded.writer,
                                            client = excluded.client;
 
+  -- Tables whose columns this transaction migrated: every live entry announced again, at its number.
+  if exists (select 1 from kizuna.announcing where xid = x) then
+    update kizuna.changes c set seq = s, changed_at = now()
+      from kizuna.announcing a where a.xid = x and c.tbl = a.tbl and not c.deleted;
+    delete from kizuna.announcing where xid = x;
+  end if;
+
   -- Conflict-journal entries recorded by this transaction learn its number.
   update kizuna.conflicts set recorded_seq = s, winner_seq = coalesce(winner_seq, s)
    where xid = x and recorded_seq is null;

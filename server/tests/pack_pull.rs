@@ -4,7 +4,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::db::{mutation, pull_request, pull_run, push_request, Caller, TestDb};
+use support::db::{mutation, pull_request, pull_run, push_request, statuses, Caller, TestDb};
 
 const ALICE: &str = "a11ce000-0000-4000-8000-000000000001";
 const DEVICE: &str = "c0000000-0000-4000-8000-0000000000a1";
@@ -378,4 +378,35 @@ async fn a_migration_of_a_synced_table_reaches_every_device_without_registering_
     let err = refused.expect_err("the table no longer matches its registration");
     assert_eq!(err.code, "55000", "the server's fault, retried: {}", err.message);
     assert!(err.message.contains("register it again"), "{}", err.message);
+}
+
+#[tokio::test]
+async fn a_migration_holds_no_other_commit_until_its_own_transaction_commits() {
+    let db = TestDb::with_todos().await;
+    let alice = Caller::user(ALICE);
+    six_rows(&db, &alice).await;
+    db.owned_table("notes", "id text primary key, body text", "").await;
+    let b = bucket();
+    let run = pull_run(db.client(), &alice, DEVICE, None, &[&b], 10).await.unwrap();
+    assert_eq!(run.entries.len(), 6);
+
+    // A migration file's transaction: the ALTER, then more work before its COMMIT.
+    let migration = db.connect().await;
+    migration.batch_execute("begin; alter table public.todos add column color text not null default 'red'").await.unwrap();
+
+    // Meanwhile a device's push to another synced table commits: it does not wait for the
+    // migration (with the fence lock taken at the ALTER, it waited until the migration ended).
+    db.exec("set statement_timeout = '5s'").await;
+    let note = db.push(&alice, push_request(DEVICE, vec![mutation(7, "notes", "n1", "upsert", json!({"body": "hi"}))])).await;
+    db.exec("reset statement_timeout").await;
+    assert_eq!(statuses(&note.expect("the push commits while the migration is open")), ["APPLIED"]);
+
+    migration.batch_execute("commit").await.unwrap();
+    let after = pull_run(db.client(), &alice, DEVICE, Some(&run.checkpoint), &[&b], 10).await.unwrap();
+    let todos: Vec<&Value> = after.entries.iter().filter(|e| e["table"] == "todos").collect();
+    assert_eq!(todos.len(), 6, "{:?}", after.entries);
+    assert!(todos.iter().all(|e| e["row"]["color"] == "red"), "{:?}", after.entries);
+    // Numbered as the migration committed, after the push that committed first.
+    let note_seq = after.entries.iter().find(|e| e["table"] == "notes").expect("the note")["seq"].as_i64().unwrap();
+    assert!(todos.iter().all(|e| e["seq"].as_i64().unwrap() > note_seq), "{:?}", after.entries);
 }
