@@ -9,7 +9,7 @@ use futures_util::lock::Mutex;
 use js_sys::{Function, Promise, Reflect};
 use kizuna_engine::{Engine, LocalWrite, RowKey};
 use kizuna_protocol::{Op, Row};
-use serde_json::{json, Value};
+use serde_json::json;
 use uuid::Uuid;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -338,24 +338,24 @@ impl KizunaClient {
 
     #[wasm_bindgen(skip_typescript, js_name = getSyncHealth)]
     pub fn get_sync_health(&self) -> JsValue {
-        self.view(|v| &v.health, Inner::health_json)
+        self.view(|v| &v.health, |i| i.health_json().to_string())
     }
 
     #[wasm_bindgen(skip_typescript)]
     pub fn status(&self) -> JsValue {
-        self.view(|v| &v.status, Inner::status_json)
+        self.view(|v| &v.status, |i| i.status_json().to_string())
     }
 
     /// The writes waiting in the outbox, oldest first.
     #[wasm_bindgen(skip_typescript, js_name = pendingWrites)]
     pub fn pending_writes(&self) -> JsValue {
-        self.view(|v| &v.pending, Inner::pending_json)
+        self.view(|v| &v.pending, Inner::pending_text)
     }
 
     /// Writes moved out of the queue after exhausting their budget, kept until requeued or discarded.
     #[wasm_bindgen(skip_typescript, js_name = deadLetters)]
     pub fn dead_letters(&self) -> JsValue {
-        self.view(|v| &v.dead, Inner::dead_json)
+        self.view(|v| &v.dead, Inner::dead_text)
     }
 
     /// Puts a dead letter back in the queue with a fresh budget (and a new id and sequence number).
@@ -453,10 +453,10 @@ impl KizunaClient {
 
     /// A status getter's answer: built from the engine, or, once a closed client has let go of
     /// it, parsed from the text kept then.
-    fn view(&self, kept: fn(&ClosedViews) -> &js_sys::JsString, live: fn(&Inner) -> Value) -> JsValue {
+    fn view(&self, kept: fn(&ClosedViews) -> &js_sys::JsString, live: fn(&Inner) -> String) -> JsValue {
         match self.inner.closed_views.borrow().as_ref() {
             Some(views) => parse_js_string(kept(views)).unwrap_or(JsValue::NULL),
-            None => to_js(&live(&self.inner)),
+            None => js_sys::JSON::parse(&live(&self.inner)).unwrap_or(JsValue::NULL),
         }
     }
 }

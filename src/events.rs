@@ -6,6 +6,7 @@ use std::rc::Rc;
 use js_sys::{Function, Reflect};
 use kizuna_engine::protocol::Conflict;
 use kizuna_engine::{ChangeOrigin, DeadLetter, Event, OutboxEntry};
+use serde::ser::{Serialize, SerializeStruct, Serializer};
 use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;
 
@@ -124,19 +125,55 @@ fn origin(origin: &ChangeOrigin) -> &'static str {
 }
 
 /// A pending write as the app sees it (`pendingWrites()`, the `rejected` and `deadLetter`
-/// events): camelCase, like every other payload.
-pub fn entry_json(e: &OutboxEntry) -> Value {
-    json!({
-        "seq": e.seq, "id": e.id, "table": e.table, "pk": e.pk, "op": e.op, "columns": e.columns,
-        "batch": e.batch, "applyAfter": e.apply_after, "createdAt": e.created_at, "readSeq": e.read_seq,
-        "sent": e.sent, "attempts": e.attempts, "permanentFailures": e.permanent_failures,
-        "retryAt": e.retry_at, "lastError": e.last_error, "hlc": e.hlc, "latestOnly": e.latest_only,
-    })
+/// events): camelCase, like every other payload, its keys in the order a JSON object of this
+/// package spells them (sorted). Serialized straight to text for the getters: built as a JSON
+/// value per entry first (a map of 17 keys and a copy of the row), `pendingWrites()` of 10,000
+/// writes took 90 – 186 ms against 38 – 57 ms now, and a closed client's `let_go`, which keeps that
+/// text, held up an `open()` of the same database right after `close()` (the bench's
+/// `open_pending`: 458 – 543 ms against 381 – 424 ms, six alternating rounds).
+pub struct EntryView<'a>(pub &'a OutboxEntry);
+
+impl Serialize for EntryView<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let e = self.0;
+        let mut m = s.serialize_struct("PendingWrite", 17)?;
+        m.serialize_field("applyAfter", &e.apply_after)?;
+        m.serialize_field("attempts", &e.attempts)?;
+        m.serialize_field("batch", &e.batch)?;
+        m.serialize_field("columns", &e.columns)?;
+        m.serialize_field("createdAt", &e.created_at)?;
+        m.serialize_field("hlc", &e.hlc)?;
+        m.serialize_field("id", &e.id)?;
+        m.serialize_field("lastError", &e.last_error)?;
+        m.serialize_field("latestOnly", &e.latest_only)?;
+        m.serialize_field("op", &e.op)?;
+        m.serialize_field("permanentFailures", &e.permanent_failures)?;
+        m.serialize_field("pk", &e.pk)?;
+        m.serialize_field("readSeq", &e.read_seq)?;
+        m.serialize_field("retryAt", &e.retry_at)?;
+        m.serialize_field("sent", &e.sent)?;
+        m.serialize_field("seq", &e.seq)?;
+        m.serialize_field("table", &e.table)?;
+        m.end()
+    }
 }
 
-/// A dead letter as the app sees it (`deadLetters()`).
-pub fn dead_letter_json(d: &DeadLetter) -> Value {
-    json!({ "entry": entry_json(&d.entry), "error": d.error, "deadAt": d.dead_at })
+/// A dead letter as the app sees it (`deadLetters()`), keys sorted as `EntryView`'s.
+pub struct DeadLetterView<'a>(pub &'a DeadLetter);
+
+impl Serialize for DeadLetterView<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_struct("DeadLetter", 3)?;
+        m.serialize_field("deadAt", &self.0.dead_at)?;
+        m.serialize_field("entry", &EntryView(&self.0.entry))?;
+        m.serialize_field("error", &self.0.error)?;
+        m.end()
+    }
+}
+
+/// An event's pending write as a JSON value.
+pub fn entry_json(e: &OutboxEntry) -> Value {
+    serde_json::to_value(EntryView(e)).unwrap_or_default()
 }
 
 fn conflict_json(c: &Conflict) -> Value {

@@ -11,7 +11,7 @@ use kizuna_protocol::{ErrorClass, PullRequest, PushRequest, PushResponse};
 use serde_json::{json, Value};
 
 use crate::error::ClientError;
-use crate::events::{self, SharedListeners};
+use crate::events::{self, DeadLetterView, EntryView, SharedListeners};
 use crate::pages::Pulled;
 use crate::row_reads::RANGE_READ_MIN;
 use crate::scheduler::Scheduler;
@@ -243,14 +243,18 @@ impl Inner {
         })
     }
 
-    /// `pendingWrites()`: the outbox, oldest first.
-    pub fn pending_json(&self) -> Value {
-        Value::Array(self.engine.borrow().outbox().map(crate::events::entry_json).collect())
+    /// `pendingWrites()` as JSON text: the outbox, oldest first.
+    pub fn pending_text(&self) -> String {
+        let engine = self.engine.borrow();
+        let entries: Vec<EntryView> = engine.outbox().map(EntryView).collect();
+        serde_json::to_string(&entries).unwrap_or_else(|_| "[]".into())
     }
 
-    /// `deadLetters()`.
-    pub fn dead_json(&self) -> Value {
-        Value::Array(self.engine.borrow().dead_letters().iter().map(crate::events::dead_letter_json).collect())
+    /// `deadLetters()` as JSON text.
+    pub fn dead_text(&self) -> String {
+        let engine = self.engine.borrow();
+        let dead: Vec<DeadLetterView> = engine.dead_letters().iter().map(DeadLetterView).collect();
+        serde_json::to_string(&dead).unwrap_or_else(|_| "[]".into())
     }
 
     /// A closed client, once no step of it is running (`Store::when_idle`): what the status getters
@@ -258,12 +262,12 @@ impl Inner {
     /// rows) is let go. Wasm memory never shrinks and the browser's collector does not see it, so a
     /// closed client whose object the app keeps held it all: 2 MB for 1,000 pending writes.
     pub fn let_go(&self) {
-        let text = |v: Value| js_sys::JsString::from(v.to_string());
+        let text = |t: String| js_sys::JsString::from(t);
         let views = ClosedViews {
-            status: text(self.status_json()),
-            health: text(self.health_json()),
-            pending: text(self.pending_json()),
-            dead: text(self.dead_json()),
+            status: text(self.status_json().to_string()),
+            health: text(self.health_json().to_string()),
+            pending: text(self.pending_text()),
+            dead: text(self.dead_text()),
         };
         *self.closed_views.borrow_mut() = Some(views);
         let client_id = self.engine.borrow().meta().client_id;
