@@ -130,7 +130,7 @@ fn origin(origin: &ChangeOrigin) -> &'static str {
 /// value per entry first (a map of 17 keys and a copy of the row), `pendingWrites()` of 10,000
 /// writes took 90 – 186 ms against 38 – 57 ms now, and a closed client's `let_go`, which keeps that
 /// text, held up an `open()` of the same database right after `close()` (the bench's
-/// `open_pending`: 458 – 543 ms against 381 – 424 ms, six alternating rounds).
+/// `open_pending`: 458 – 543 ms before, 381 – 424 ms after, six alternating rounds).
 pub struct EntryView<'a>(pub &'a OutboxEntry);
 
 impl Serialize for EntryView<'_> {

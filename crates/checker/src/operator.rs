@@ -47,7 +47,7 @@ async fn bulk_once(pg: &Pg, pk_prefix: &str, owner: &str, from: &str, to: Option
     let mut writes: Vec<(&'static str, String, Op, Option<Row>)> = Vec::new();
     let mut created = Vec::new();
     for (t, table) in TABLES.iter().enumerate() {
-        // Every column named, so the model's clocks are the pack's (an insert stamps them all).
+        // Every column named: the pack stamps the non-null ones, and so does the model.
         let inserted = pg
             .query(
                 &format!(
