@@ -120,6 +120,27 @@ create or replace function kizuna.table_shape(rel regclass) returns text languag
     from pg_attribute a where a.attrelid = rel and a.attnum > 0 and not a.attisdropped
 $$;
 
+-- Creates the pack's event trigger `name` at ddl_command_end, for the commands `tags` (null: every
+-- one), calling `fn`, and enables it always (in replica sessions too). Creating one needs a
+-- superuser: without one, it says `without` and the pack goes on without it.
+create or replace function kizuna.ensure_event_trigger(name text, fn text, tags text[], without text) returns void
+language plpgsql as $$
+begin
+  if not exists (select 1 from pg_event_trigger where evtname = name) then
+    begin
+      execute format('create event trigger %I on ddl_command_end %s execute function %s()', name,
+                     case when tags is null then ''
+                          else format('when tag in (%s)', (select string_agg(quote_literal(t), ', ') from unnest(tags) t)) end, fn);
+    exception when insufficient_privilege then
+      raise notice '%', without;
+    end;
+  end if;
+  if exists (select 1 from pg_event_trigger where evtname = name and evtenabled <> 'A') then
+    execute format('alter event trigger %I enable always', name);
+  end if;
+end
+$$;
+
 -- Fails the request as the server's fault (SQLSTATE 55000: the gateway answers 500, the client
 -- retries, nothing is lost) because synced table `t` no longer matches its registration: a column
 -- its key or bucket names was renamed or dropped. Writes to it were refused SCHEMA_MISMATCH, a

@@ -352,21 +352,8 @@ exception when others then
 end
 $$;
 
-do $$
-begin
-  if not exists (select 1 from pg_event_trigger where evtname = 'kizuna_follow_migration') then
-    begin
-      create event trigger kizuna_follow_migration on ddl_command_end when tag in ('ALTER TABLE')
-        execute function kizuna.follow_migration();
-    exception when insufficient_privilege then
-      raise notice 'kizuna: following migrations needs an event trigger, which needs a superuser: register a table again after migrating it';
-    end;
-  end if;
-  if exists (select 1 from pg_event_trigger where evtname = 'kizuna_follow_migration' and evtenabled <> 'A') then
-    alter event trigger kizuna_follow_migration enable always;
-  end if;
-end
-$$;
+select kizuna.ensure_event_trigger('kizuna_follow_migration', 'kizuna.follow_migration', array['ALTER TABLE'],
+  'kizuna: following migrations needs an event trigger, which needs a superuser: register a table again after migrating it');
 
 -- Stops syncing a table: drops its triggers and compiled functions and forgets its log.
 -- Clients keep the rows they have; re-registering enters the current rows again.

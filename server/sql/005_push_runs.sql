@@ -80,20 +80,8 @@ begin
 end
 $$;
 
-do $$
-begin
-  if not exists (select 1 from pg_event_trigger where evtname = 'kizuna_catalog_epoch') then
-    begin
-      create event trigger kizuna_catalog_epoch on ddl_command_end execute function kizuna.advance_catalog_epoch();
-    exception when insufficient_privilege then
-      raise notice 'kizuna: the catalog epoch needs an event trigger, which needs a superuser: every push works out its tables'' facts afresh';
-    end;
-  end if;
-  if exists (select 1 from pg_event_trigger where evtname = 'kizuna_catalog_epoch' and evtenabled <> 'A') then
-    alter event trigger kizuna_catalog_epoch enable always;  -- in replica sessions too
-  end if;
-end
-$$;
+select kizuna.ensure_event_trigger('kizuna_catalog_epoch', 'kizuna.advance_catalog_epoch', null,
+  'kizuna: the catalog epoch needs an event trigger, which needs a superuser: every push works out its tables'' facts afresh');
 
 -- The catalog epoch, or null when an answer may not be kept now: no event trigger advances it, or
 -- a transaction that changed the catalogs is still open. The epoch is read first: a DDL
