@@ -3,6 +3,7 @@
 //! the clients' own writes never met (a commit of thousands of deletes folded in quadratic time; a
 //! key's type changed under the capture's cached plans), so the histories run them too.
 
+use std::future::Future;
 use std::time::Duration;
 
 use kizuna_engine::protocol::{Op, Row};
@@ -13,30 +14,36 @@ use crate::model::Effect;
 use crate::plan::TABLES;
 use crate::record::now_ms;
 
-/// Deadlocks and serialization failures: a concurrent push locked the rows in another order, and
-/// the operator's transaction runs again, as a careful operator's script would.
-fn is_transient(e: &tokio_postgres::Error) -> bool {
-    e.code().is_some_and(|c| matches!(c.code(), "40P01" | "40001"))
+/// Runs `attempt` (one transaction) until it commits: again after a deadlock or a serialization
+/// failure (a concurrent push locked the rows in another order), as a careful operator's script
+/// would, up to ten times; any other error, or a tenth failure, is the history's error (`what`).
+async fn retried<T, F, Fut>(pg: &Pg, what: &str, mut attempt: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, tokio_postgres::Error>>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match attempt().await {
+            Ok(done) => return Ok(done),
+            Err(e) => {
+                let _ = pg.batch_execute("rollback").await;
+                let transient = e.code().is_some_and(|c| matches!(c.code(), "40P01" | "40001"));
+                if !transient || tries == 10 {
+                    return Err(format!("{what}: {e}"));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
 }
 
 /// One transaction over both tables: `fill` new rows of `owner` in list `from` (named `pk_prefix`
 /// and a number), then every row of `from` moved to `to`, or deleted. Returns each write's effect
 /// at the transaction's commit number, in the order it made them, and the keys it created.
 pub async fn bulk(pg: &Pg, pk_prefix: &str, owner: &str, from: &str, to: Option<&str>, fill: u64) -> Result<(Vec<Effect>, Vec<(&'static str, String)>), String> {
-    for _ in 0..10 {
-        match bulk_once(pg, pk_prefix, owner, from, to, fill).await {
-            Ok(done) => return Ok(done),
-            Err(e) if is_transient(&e) => {
-                let _ = pg.batch_execute("rollback").await;
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            Err(e) => {
-                let _ = pg.batch_execute("rollback").await;
-                return Err(format!("bulk SQL: {e}"));
-            }
-        }
-    }
-    Err("bulk SQL: deadlocked ten times".into())
+    retried(pg, "bulk SQL", || bulk_once(pg, pk_prefix, owner, from, to, fill)).await
 }
 
 async fn bulk_once(pg: &Pg, pk_prefix: &str, owner: &str, from: &str, to: Option<&str>, fill: u64) -> Result<(Vec<Effect>, Vec<(&'static str, String)>), tokio_postgres::Error> {
@@ -112,21 +119,8 @@ pub async fn migrate(pg: &Pg, table: &str) -> Result<(), String> {
          alter table public.{table} add column migrated integer not null default 7;
          alter table public.{table} drop column migrated;"
     );
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        match pg.batch_execute(&format!("begin; {alter} commit;")).await {
-            Ok(()) => break,
-            Err(e) if is_transient(&e) && tries < 10 => {
-                let _ = pg.batch_execute("rollback").await;
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            Err(e) => {
-                let _ = pg.batch_execute("rollback").await;
-                return Err(format!("migrating {table}: {e}"));
-            }
-        }
-    }
+    let migration = format!("begin; {alter} commit;");
+    retried(pg, &format!("migrating {table}"), || pg.batch_execute(&migration)).await?;
     // The app's next start comes a little later, while the writer writes.
     tokio::time::sleep(Duration::from_millis(30)).await;
     pg.execute("select public.hist_register($1::text::regclass)", &[&format!("public.{table}")])
