@@ -81,7 +81,7 @@ create table if not exists kizuna.settings (
   max_pull_limit integer not null default 10000,            -- a pull's limit is capped at this
   max_page_bytes bigint not null default 8388608,           -- a pull page's rows take about this many bytes at most (one row always goes)
   max_pull_buckets integer not null default 256,            -- a pull naming more buckets: KZP01
-  max_progress_count integer not null default 1000000,      -- entries a run's first page counts for its total (0: no total)
+  max_progress_count integer not null default 1000000,      -- entries a run's first page counts for its total (0: none counted)
   default_max_batch_size integer not null default 500       -- for requests naming no registered table
 );
 alter table kizuna.settings add column if not exists max_pull_buckets integer not null default 256;

@@ -465,11 +465,6 @@ begin
     end if;
   end if;
 
-  -- The first page of a run says how many entries the run holds (see kizuna.run_total).
-  if first_page then
-    counted := jsonb_build_object('total', kizuna.run_total(buckets, run_from, horizon, lim));
-  end if;
-
   -- Collect up to lim + 1 visible entries (one look-ahead decides `done`), scanning candidates in
   -- chunks; entries the caller may not see are skipped. At most pull_budget(lim) candidates are
   -- examined: past that the page ends early (see the cost note at the top).
@@ -509,6 +504,14 @@ begin
     return kizuna.lifecycle_page('CHECKPOINT_EXPIRED');
   end if;
 
+  -- The first page of a run says how many entries the run holds. A first page that also closes
+  -- the run holds them all, so it says its own length; only a run that goes on is counted
+  -- (kizuna.run_total), so an idle poll or a wake-up's pull of a few rows reads its entries once.
+  if first_page and (jsonb_array_length(entries) > lim or ends_early) then
+    counted := jsonb_build_object('total', kizuna.run_total(buckets, run_from, horizon, lim));
+  elsif first_page then
+    counted := jsonb_build_object('total', jsonb_array_length(entries));
+  end if;
   if jsonb_array_length(entries) > lim then
     entries := (select jsonb_agg(e order by o) from jsonb_array_elements(entries) with ordinality a(e, o) where o <= lim);
     last_of_page := entries -> (lim - 1);

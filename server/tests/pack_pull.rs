@@ -163,6 +163,14 @@ async fn the_first_page_counts_the_run_as_the_caller_sees_it() {
     db.client().batch_execute("update kizuna.settings set max_progress_count = 3").await.unwrap();
     let capped = db.pull(&alice, pull_request(DEVICE, None, &[&b], 4)).await.unwrap();
     assert_eq!(capped["total"], Value::Null, "past max_progress_count the total is unknown");
+
+    // A first page that closes its run holds the whole run, so it says its own length and counts
+    // nothing: with the count turned off too, and for an idle poll.
+    db.client().batch_execute("update kizuna.settings set max_progress_count = 0").await.unwrap();
+    let whole = db.pull(&alice, pull_request(DEVICE, None, &[&b], 1000)).await.unwrap();
+    assert_eq!((whole["total"].clone(), whole["entries"].as_array().unwrap().len(), whole["done"].clone()), (json!(207), 207, json!(true)));
+    let idle = db.pull(&alice, pull_request(DEVICE, whole["cursor"].as_str(), &[&b], 1000)).await.unwrap();
+    assert_eq!((idle["total"].clone(), idle["done"].clone()), (json!(0), json!(true)), "{idle}");
 }
 
 /// The total is the run counted at its first page's horizon; commits during the run move it
