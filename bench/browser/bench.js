@@ -17,6 +17,15 @@ const open = async (name, sub, extra = {}) => {
 };
 const row = (i) => ({ id: `r${i}`, title: `row number ${i} with some words in it`, done: i % 2 === 0, position: i });
 
+// A fetch for the client's `fetch` option that notes each request's path, when it began and when
+// its answer's headers arrived, on the shared timeline, into `log`.
+const timedFetch = (log) => (input, init) => {
+  const began = performance.timeOrigin + now();
+  const answer = fetch(input, init);
+  answer.then(() => log.push([String(input.url ?? input).split("/").pop(), began, performance.timeOrigin + now()]), () => {});
+  return answer;
+};
+
 // Raw IndexedDB with the client's two stores a write touches: rows (with a table index) and outbox.
 function rawDb(name) {
   return new Promise((resolve, reject) => {
@@ -298,15 +307,19 @@ window.bench = {
   },
 
   // One device's write as another device's `change` event (wake stream on): timestamps on the
-  // shared performance timeline (both pages run in one browser process).
+  // shared performance timeline (both pages run in one browser process). Each device's requests
+  // are timed too (`window.requests`), so the latency can be told apart into A's push, B's pull
+  // and B's commit.
   async listen(sub) {
     window.heard = [];
-    window.listener = await open(`kz-wake-b-${crypto.randomUUID()}`, sub, { autoSync: true });
+    window.requests = [];
+    window.listener = await open(`kz-wake-b-${crypto.randomUUID()}`, sub, { autoSync: true, fetch: timedFetch(window.requests) });
     window.listener.on("change", (e) => { if (e.origin === "remote") for (const k of e.keys) window.heard.push([k.pk, performance.timeOrigin + now()]); });
     await window.listener.sync();
   },
   async speak(sub, n) {
-    const client = await open(`kz-wake-a-${crypto.randomUUID()}`, sub, { autoSync: true });
+    window.requests = [];
+    const client = await open(`kz-wake-a-${crypto.randomUUID()}`, sub, { autoSync: true, fetch: timedFetch(window.requests) });
     const sent = [];
     for (let i = 0; i < n; i++) {
       sent.push([`w-${sub}-${i}`, performance.timeOrigin + now()]);

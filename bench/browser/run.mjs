@@ -21,6 +21,25 @@ async function page(context) {
   return p;
 }
 const results = {};
+const median = (xs) => (xs.length ? [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)] : null);
+// The wake-up's parts, each a median over the writes B heard: the write until A's push begins
+// (A's local write and step), A's push request, from its answer until B's pull begins (the wake
+// stream), B's pull request, and from its answer until B's `change` event (B's commit).
+function wakeParts(sent, heard, aRequests, bRequests) {
+  const parts = { write: [], push: [], wake: [], pull: [], commit: [] };
+  for (const [pk, at] of sent) {
+    const h = heard.get(pk);
+    const push = aRequests.find(([path, began]) => path === "kizuna_push" && began >= at);
+    const pull = bRequests.filter(([path, began, answered]) => path === "kizuna_pull" && began >= at && answered <= h).pop();
+    if (h === undefined || !push || !pull) continue;
+    parts.write.push(push[1] - at);
+    parts.push.push(push[2] - push[1]);
+    parts.wake.push(pull[1] - push[2]);
+    parts.pull.push(pull[2] - pull[1]);
+    parts.commit.push(h - pull[2]);
+  }
+  return Object.fromEntries(Object.entries(parts).map(([k, xs]) => [`${k}_p50_ms`, median(xs)]));
+}
 // KIZUNA_BENCH_ONLY=local_write,batch runs only those parts (while working on one figure).
 const only = process.env.KIZUNA_BENCH_ONLY?.split(",");
 const runs = (part) => !only || only.includes(part);
@@ -57,7 +76,8 @@ try {
     const heard = new Map(await b.evaluate(() => window.heard));
     const latencies = sent.filter(([pk]) => heard.has(pk)).map(([pk, at]) => heard.get(pk) - at);
     const sorted = latencies.sort((x, y) => x - y);
-    results.wake_latency = { samples: sorted.length, of: sent.length, p50_ms: sorted[Math.floor(sorted.length / 2)], p99_ms: sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * 0.99))] };
+    results.wake_latency = { samples: sorted.length, of: sent.length, p50_ms: sorted[Math.floor(sorted.length / 2)], p99_ms: sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * 0.99))],
+                             ...wakeParts(sent, heard, await a.evaluate(() => window.requests), await b.evaluate(() => window.requests)) };
   }
 
   const wasm = readFileSync("pkg/kizunasync_bg.wasm"), js = readFileSync("pkg/kizunasync.js");
