@@ -190,9 +190,11 @@ create index if not exists pending_xid on kizuna.pending (xid);
 -- One row per transaction with pending changes: its insert queues the commit-time fence trigger.
 create unlogged table if not exists kizuna.tx_marker (xid xid8 primary key);
 
--- Synced tables whose every live entry a transaction announces again when it commits (a migration
--- taken up, kizuna.take_up_shape): numbered by the fence, which holds its lock only from then.
+-- Synced tables whose entries a transaction numbers as it commits, by the fence, which holds its
+-- lock only from then: every live entry (`every_entry`: a migration taken up, kizuna.take_up_shape)
+-- or those a registration's backfill wrote (kizuna.register_table, kizuna.unnumbered()).
 create unlogged table if not exists kizuna.announcing (xid xid8 not null, tbl text collate "C" not null, primary key (xid, tbl));
+alter table kizuna.announcing add column if not exists every_entry boolean not null default true;
 
 -- The change log: the latest entry per (table, key, bucket). Live entries are rendered through the
 -- caller's SELECT policy at pull time; tombstones keep the row image they left with.

@@ -262,8 +262,15 @@ begin
   end if;
 
   -- Backfill at one sequence number: every current row gets its live entry; entries whose row is
-  -- gone or whose bucket changed (a new bucket expression) become tombstones.
-  s := kizuna.fence_now();
+  -- gone or whose bucket changed (a new bucket expression) become tombstones. The number is the
+  -- transaction's commit number, which the fence gives the entries written here as the transaction
+  -- commits (kizuna.announcing): drawn here, the fence lock was held from this call to the end of
+  -- the transaction, and every other synced commit of the database waited through the rest of a
+  -- migration that registers a table. Until then they carry kizuna.unnumbered(), which no other
+  -- transaction sees.
+  s := kizuna.unnumbered();
+  insert into kizuna.announcing (xid, tbl, every_entry) values (pg_current_xact_id(), wire_name, false) on conflict do nothing;
+  insert into kizuna.tx_marker (xid) values (pg_current_xact_id()) on conflict do nothing;
   execute format($q$
     insert into kizuna.changes as c (tbl, pk, bucket, seq, deleted, entered_seq)
     select $1, r.%1$I::text, b.b, $2, false, $2
@@ -309,7 +316,7 @@ begin
   end if;
   update kizuna.synced_tables t set shape = now_shape where t.name = wire_name;
   if recorded is not null then
-    insert into kizuna.announcing (xid, tbl) values (x, wire_name) on conflict do nothing;
+    insert into kizuna.announcing (xid, tbl) values (x, wire_name) on conflict (xid, tbl) do update set every_entry = true;
     insert into kizuna.tx_marker (xid) values (x) on conflict do nothing;
   end if;
 end

@@ -24,6 +24,11 @@ language sql stable security definer set search_path = pg_catalog as $$
   select coalesce(max(seq), 0) from kizuna.commits
 $$;
 
+-- The number a registration's backfill writes its change-log entries with (kizuna.register_table):
+-- the fence gives them the transaction's commit number as it commits, so no committed entry
+-- carries it.
+create or replace function kizuna.unnumbered() returns bigint language sql immutable as 'select -1::bigint';
+
 -- Takes the fence lock and returns this transaction's commit number, drawing it on first use.
 create or replace function kizuna.fence_now() returns bigint
 language plpgsql security definer set search_path = pg_catalog as $$
@@ -95,10 +100,16 @@ begin
   on conflict (tbl, pk, col) do update set seq = excluded.seq, hlc = excluded.hlc, writer = excluded.writer,
                                            client = excluded.client;
 
-  -- Tables whose columns this transaction migrated: every live entry announced again, at its number.
+  -- Tables this transaction migrated (every live entry announced again) or registered (the
+  -- entries its backfill wrote, kizuna.unnumbered(); the fold above may have numbered one a later
+  -- statement changed, but not when it entered its bucket): numbered now.
   if exists (select 1 from kizuna.announcing where xid = x) then
-    update kizuna.changes c set seq = s, changed_at = now()
-      from kizuna.announcing a where a.xid = x and c.tbl = a.tbl and not c.deleted;
+    update kizuna.changes c
+       set seq = s, changed_at = now(),
+           entered_seq = case when c.entered_seq = kizuna.unnumbered() then s else c.entered_seq end
+      from kizuna.announcing a
+     where a.xid = x and c.tbl = a.tbl
+       and ((a.every_entry and not c.deleted) or c.seq = kizuna.unnumbered() or c.entered_seq = kizuna.unnumbered());
     delete from kizuna.announcing where xid = x;
   end if;
 

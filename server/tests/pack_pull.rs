@@ -418,3 +418,61 @@ async fn a_migration_holds_no_other_commit_until_its_own_transaction_commits() {
     let note_seq = after.entries.iter().find(|e| e["table"] == "notes").expect("the note")["seq"].as_i64().unwrap();
     assert!(todos.iter().all(|e| e["seq"].as_i64().unwrap() > note_seq), "{:?}", after.entries);
 }
+
+/// A table registered inside a migration's transaction is numbered as that transaction commits,
+/// as a migration is: meanwhile other synced commits go on (with the number drawn at the call,
+/// they waited until the migration ended). So is a registration again with a new bucket
+/// expression, whose tombstones land at its commit too.
+#[tokio::test]
+async fn registering_a_table_holds_no_other_commit_until_its_own_transaction_commits() {
+    let db = TestDb::with_todos().await;
+    let alice = Caller::user(ALICE);
+    six_rows(&db, &alice).await;
+    let b = bucket();
+    let run = pull_run(db.client(), &alice, DEVICE, None, &[&b], 10).await.unwrap();
+
+    let migration = db.connect().await;
+    migration.batch_execute(&format!(
+        "begin;
+         create table public.cards (id text primary key, body text, owner uuid not null);
+         alter table public.cards enable row level security;
+         create policy own on public.cards using (owner = auth.uid()) with check (owner = auth.uid());
+         grant select, insert, update, delete on public.cards to authenticated;
+         insert into public.cards select 'c' || g, 'x', '{ALICE}' from generate_series(1, 3) g;
+         select kizuna.register_table('public.cards', bucket => $$'user:' || owner$$);
+         update public.cards set body = 'y' where id = 'c3';"
+    )).await.unwrap();
+    db.exec("set statement_timeout = '5s'").await;
+    let pushed = db.push(&alice, push_request(DEVICE, vec![mutation(7, "todos", "g", "upsert", json!({"title": "g"}))])).await;
+    db.exec("reset statement_timeout").await;
+    assert_eq!(statuses(&pushed.expect("the push commits while the registration is open")), ["APPLIED"]);
+    migration.batch_execute("commit").await.unwrap();
+
+    let after = pull_run(db.client(), &alice, DEVICE, Some(&run.checkpoint), &[&b], 10).await.unwrap();
+    let seq_of = |e: &Value| e["seq"].as_i64().unwrap();
+    let pushed_seq = seq_of(after.entries.iter().find(|e| e["table"] == "todos").expect("the pushed row"));
+    let cards: Vec<&Value> = after.entries.iter().filter(|e| e["table"] == "cards").collect();
+    assert_eq!(cards.len(), 3, "{:?}", after.entries);
+    assert!(cards.iter().all(|e| seq_of(e) > pushed_seq), "{:?}", after.entries);
+    let bodies: Vec<&Value> = cards.iter().map(|e| &e["row"]["body"]).collect();
+    assert_eq!(bodies, [&json!("x"), &json!("x"), &json!("y")]);
+
+    // Again, with a bucket expression that moves c1 out of alice's bucket.
+    migration.batch_execute(
+        "begin;
+         select kizuna.register_table('public.cards', bucket => $$case when id = 'c1' then 'elsewhere' else 'user:' || owner end$$);"
+    ).await.unwrap();
+    db.exec("set statement_timeout = '5s'").await;
+    let pushed = db.push(&alice, push_request(DEVICE, vec![mutation(8, "todos", "h", "upsert", json!({"title": "h"}))])).await;
+    db.exec("reset statement_timeout").await;
+    assert_eq!(statuses(&pushed.expect("the push commits while the registration is open")), ["APPLIED"]);
+    migration.batch_execute("commit").await.unwrap();
+
+    let again = pull_run(db.client(), &alice, DEVICE, Some(&after.checkpoint), &[&b], 10).await.unwrap();
+    let pushed_seq = seq_of(again.entries.iter().find(|e| e["table"] == "todos").expect("the pushed row"));
+    let gone = again.entries.iter().find(|e| e["table"] == "cards" && e["pk"] == "c1").expect("c1's tombstone");
+    assert_eq!((gone["deleted"].clone(), seq_of(gone) > pushed_seq), (json!(true), true), "{:?}", again.entries);
+    // No entry is left with the number a registration writes before its commit.
+    let unnumbered: i64 = db.one("select count(*) from kizuna.changes where seq < 0 or entered_seq < 0").await;
+    assert_eq!(unnumbered, 0);
+}
