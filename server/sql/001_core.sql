@@ -169,6 +169,9 @@ alter table kizuna.synced_tables add column if not exists bucket_functions oid[]
 -- The table's columns (names and types, kizuna.table_shape) when it was last registered: a
 -- registration that finds them changed announces every row again (kizuna.register_table).
 alter table kizuna.synced_tables add column if not exists shape text;
+-- The key column's attribute number, which a rename keeps: a migration that renames the key
+-- column is followed under the new name (kizuna.follow_migration). Set by kizuna.compile_table.
+alter table kizuna.synced_tables add column if not exists pk_attnum smallint;
 grant select on kizuna.synced_tables to anon, authenticated, service_role;
 
 -- Changes made by the current transaction, captured by the row triggers and numbered at commit.

@@ -140,7 +140,10 @@ begin
     execute format('create index if not exists %I on kizuna.changes (%s) where tbl = %L and deleted',
                    deleted_index, kizuna.typed_key(t.rel, t.pk_column, 'pk'), t.name);
   end if;
-  update kizuna.synced_tables set compiled_version = kizuna.compile_version() where name = t.name;
+  update kizuna.synced_tables
+     set compiled_version = kizuna.compile_version(),
+         pk_attnum = (select a.attnum from pg_attribute a where a.attrelid = t.rel and a.attname = t.pk_column and not a.attisdropped)
+   where name = t.name;
 end
 $$;
 
@@ -326,13 +329,16 @@ $$;
 -- TABLE, where the pack was installed by a superuser): recompiles the table's functions and takes
 -- up its new columns, as registering it again would. Without it, devices kept their copy of every
 -- row without an added column (or with a retyped column's old spelling) until the row changed, or
--- until the app's setup registered the table again. A migration the registration cannot follow (a
--- column its key or bucket names was renamed or dropped) is let through with a warning: pushes to
--- the table then fail as the server's fault until it is registered again (kizuna.key_type_of).
+-- until the app's setup registered the table again. A renamed key column is followed under its new
+-- name (by its attribute number, synced_tables.pk_attnum). A migration the registration cannot
+-- follow (the key column dropped, a column the bucket expression names renamed or dropped) is let
+-- through with a warning: pushes to the table then fail as the server's fault until it is
+-- registered again (kizuna.key_type_of).
 create or replace function kizuna.follow_migration() returns event_trigger
 language plpgsql security definer set search_path = pg_catalog as $$
 declare
   t kizuna.synced_tables;
+  renamed name;
 begin
   if current_setting('kizuna.registering', true) = 'on' then
     return;
@@ -343,7 +349,14 @@ begin
               and s.shape is distinct from kizuna.table_shape(s.rel) loop
     begin
       if kizuna.column_type(t.rel, t.pk_column) is null then
-        raise exception 'its key column % is gone', t.pk_column;
+        -- Renamed: the same attribute under another name is still the key (the wire's keys are
+        -- its values as text, unchanged). Dropped: nothing to follow.
+        select a.attname into renamed from pg_attribute a
+         where a.attrelid = t.rel and a.attnum = t.pk_attnum and not a.attisdropped;
+        if renamed is null then
+          raise exception 'its key column % is gone', t.pk_column;
+        end if;
+        update kizuna.synced_tables s set pk_column = renamed where s.name = t.name;
       end if;
       perform kizuna.compile_table(t.name);
       perform kizuna.take_up_shape(t.name);
@@ -389,5 +402,9 @@ begin
   for n in select name from kizuna.synced_tables where compiled_version < kizuna.compile_version() loop
     perform kizuna.compile_table(n);
   end loop;
+  -- Tables compiled before the key's attribute number was kept (kizuna.follow_migration).
+  update kizuna.synced_tables t set pk_attnum = a.attnum
+    from pg_attribute a
+   where t.pk_attnum is null and a.attrelid = t.rel and a.attname = t.pk_column and not a.attisdropped;
 end
 $$;
