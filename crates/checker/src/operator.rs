@@ -103,8 +103,9 @@ async fn bulk_once(pg: &Pg, pk_prefix: &str, owner: &str, from: &str, to: Option
 }
 
 /// A migration of `table` while clients write: its key and column `b` change type (text to
-/// varchar, or back), a column with a default comes and goes (the pack's event trigger takes the
-/// migration up as it commits, and announces every row again), and then, as an app's setup does at
+/// varchar, or back), a column with a default comes and goes, the key column is renamed and named
+/// back (the pack's event trigger takes each step up, and announces every row again at the
+/// migration's commit), and then, as an app's setup does at
 /// its next start, the table is registered again. No row's value changes, so the history's model
 /// is unchanged; the devices must show the same rows throughout.
 pub async fn migrate(pg: &Pg, table: &str) -> Result<(), String> {
@@ -117,7 +118,9 @@ pub async fn migrate(pg: &Pg, table: &str) -> Result<(), String> {
            end if;
          end $$;
          alter table public.{table} add column migrated integer not null default 7;
-         alter table public.{table} drop column migrated;"
+         alter table public.{table} drop column migrated;
+         alter table public.{table} rename column id to id_renamed;
+         alter table public.{table} rename column id_renamed to id;"
     );
     let migration = format!("begin; {alter} commit;");
     retried(pg, &format!("migrating {table}"), || pg.batch_execute(&migration)).await?;
