@@ -188,6 +188,16 @@ begin
 end
 $$;
 
+-- Has the fence number table `wire_name`'s entries as this transaction commits (kizuna.announcing):
+-- every live entry (`every_entry`: a migration taken up), or only those a registration's backfill
+-- wrote with kizuna.unnumbered(). Either way the fence lock is taken only then.
+create or replace function kizuna.number_at_commit(wire_name text, every_entry boolean) returns void
+language sql set search_path = pg_catalog as $$
+  insert into kizuna.announcing as a (xid, tbl, every_entry) values (pg_current_xact_id(), wire_name, every_entry)
+  on conflict (xid, tbl) do update set every_entry = a.every_entry or excluded.every_entry;
+  insert into kizuna.tx_marker (xid) values (pg_current_xact_id()) on conflict do nothing;
+$$;
+
 -- Registers (or re-registers) a synced table.
 --   tbl            the table
 --   bucket         SQL expression over the row's columns giving its bucket (text), e.g. $$'user:' || owner$$;
@@ -272,8 +282,7 @@ begin
   -- migration that registers a table. Until then they carry kizuna.unnumbered(), which no other
   -- transaction sees.
   s := kizuna.unnumbered();
-  insert into kizuna.announcing (xid, tbl, every_entry) values (pg_current_xact_id(), wire_name, false) on conflict do nothing;
-  insert into kizuna.tx_marker (xid) values (pg_current_xact_id()) on conflict do nothing;
+  perform kizuna.number_at_commit(wire_name, false);
   execute format($q$
     insert into kizuna.changes as c (tbl, pk, bucket, seq, deleted, entered_seq)
     select $1, r.%1$I::text, b.b, $2, false, $2
@@ -311,7 +320,6 @@ language plpgsql set search_path = pg_catalog as $$
 declare
   recorded text;
   now_shape text;
-  x constant xid8 := pg_current_xact_id();
 begin
   select t.shape, kizuna.table_shape(t.rel) into recorded, now_shape from kizuna.synced_tables t where t.name = wire_name;
   if recorded is not distinct from now_shape then
@@ -319,8 +327,7 @@ begin
   end if;
   update kizuna.synced_tables t set shape = now_shape where t.name = wire_name;
   if recorded is not null then
-    insert into kizuna.announcing (xid, tbl) values (x, wire_name) on conflict (xid, tbl) do update set every_entry = true;
-    insert into kizuna.tx_marker (xid) values (x) on conflict do nothing;
+    perform kizuna.number_at_commit(wire_name, true);
   end if;
 end
 $$;

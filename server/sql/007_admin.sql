@@ -112,6 +112,7 @@ revoke execute on function
   kizuna.unregister_table(regclass),
   kizuna.compile_table(text),
   kizuna.take_up_shape(text),
+  kizuna.number_at_commit(text, boolean),
   kizuna.follow_migration(),
   kizuna.ensure_event_trigger(text, text, text[], text),
   kizuna.drop_deleted_indexes(regclass, text),
