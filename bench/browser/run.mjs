@@ -21,7 +21,7 @@ async function page(context) {
   return p;
 }
 const results = {};
-const median = (xs) => (xs.length ? [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)] : null);
+const median = (xs) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)];
 // The wake-up's parts, each a median over the writes B heard: the write until A's push begins
 // (A's local write and step), A's push request, from its answer until B's pull begins (the wake
 // stream), B's pull request, and from its answer until B's `change` event (B's commit).
@@ -38,7 +38,7 @@ function wakeParts(sent, heard, aRequests, bRequests) {
     parts.pull.push(pull[2] - pull[1]);
     parts.commit.push(h - pull[2]);
   }
-  return Object.fromEntries(Object.entries(parts).map(([k, xs]) => [`${k}_p50_ms`, median(xs)]));
+  return Object.fromEntries(Object.entries(parts).map(([k, xs]) => [`${k}_p50_ms`, median(xs) ?? null]));
 }
 // KIZUNA_BENCH_ONLY=local_write,batch runs only those parts (while working on one figure).
 const only = process.env.KIZUNA_BENCH_ONLY?.split(",");
@@ -76,7 +76,7 @@ try {
     const heard = new Map(await b.evaluate(() => window.heard));
     const latencies = sent.filter(([pk]) => heard.has(pk)).map(([pk, at]) => heard.get(pk) - at);
     const sorted = latencies.sort((x, y) => x - y);
-    results.wake_latency = { samples: sorted.length, of: sent.length, p50_ms: sorted[Math.floor(sorted.length / 2)], p99_ms: sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * 0.99))],
+    results.wake_latency = { samples: sorted.length, of: sent.length, p50_ms: median(sorted), p99_ms: sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * 0.99))],
                              ...wakeParts(sent, heard, await a.evaluate(() => window.requests), await b.evaluate(() => window.requests)) };
   }
 
