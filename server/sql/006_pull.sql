@@ -215,10 +215,19 @@ end
 $$;
 
 -- Records that a run was served to completion for these buckets (the DELETE_WINS rule in 005).
+-- A poll that finds nothing new (served_to already at the horizon) writes nothing: the upsert
+-- would rewrite the row, and lock it even with a WHERE that leaves it be, so every idle poll of
+-- every client paid a new row version and a WAL flush at its commit.
 create or replace function kizuna.record_served(client uuid, buckets text[], run_from bigint, horizon bigint)
 returns void language plpgsql security definer set search_path = pg_catalog as $$
 begin
   perform kizuna.check_own_client(client);
+  if not exists (select 1 from unnest(buckets) b
+                  where not exists (select 1 from kizuna.client_buckets cb
+                                     where cb.client_id = client and cb.bucket = b
+                                       and cb.served_to >= horizon and (run_from <> 0 or cb.joined = 0))) then
+    return;
+  end if;
   insert into kizuna.client_buckets as cb (client_id, bucket, joined, served_to)
   select client, b, run_from, horizon from (select distinct b from unnest(buckets) b) d
   on conflict (client_id, bucket) do update

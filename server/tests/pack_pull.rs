@@ -476,3 +476,56 @@ async fn registering_a_table_holds_no_other_commit_until_its_own_transaction_com
     let unnumbered: i64 = db.one("select count(*) from kizuna.changes where seq < 0 or entered_seq < 0").await;
     assert_eq!(unnumbered, 0);
 }
+
+/// One pull page as the gateway runs it, and whether its transaction was given a transaction id
+/// (anything written, a row lock included, takes one, and its commit then waits for a WAL flush).
+async fn pull_and_whether_it_wrote(db: &TestDb, caller: &Caller, request: Value) -> (Value, bool) {
+    let client = db.client();
+    client.batch_execute("begin isolation level repeatable read").await.unwrap();
+    client.batch_execute(&format!("set local role {}", caller.role)).await.unwrap();
+    client.execute("select set_config('request.jwt.claims', $1, true)", &[&caller.claims.to_string()]).await.unwrap();
+    let row = client.query_one("select public.kizuna_pull($1::text::jsonb), txid_current_if_assigned() is not null",
+                               &[&request.to_string()]).await.unwrap();
+    client.batch_execute("commit").await.unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[tokio::test]
+async fn a_poll_that_finds_nothing_new_writes_nothing() {
+    let db = TestDb::with_todos().await;
+    let alice = Caller::user(ALICE);
+    six_rows(&db, &alice).await;
+    let b = bucket();
+    let (run, wrote) = pull_and_whether_it_wrote(&db, &alice, pull_request(DEVICE, None, &[&b], 100)).await;
+    assert_eq!((run["done"].clone(), run["entries"].as_array().unwrap().len()), (json!(true), 6));
+    assert!(wrote, "the run that completes records what it served (the DELETE_WINS rule)");
+    let served = "select served_to from kizuna.client_buckets";
+    assert_eq!(db.one::<i64>(served).await, run["horizon"].as_i64().unwrap());
+
+    // Idle polls from the closing checkpoint, as a client's timer sends them: no write at all.
+    let mut cursor = run["cursor"].as_str().unwrap().to_owned();
+    for _ in 0..3 {
+        let (page, wrote) = pull_and_whether_it_wrote(&db, &alice, pull_request(DEVICE, Some(&cursor), &[&b], 100)).await;
+        assert_eq!((page["done"].clone(), page["entries"].clone()), (json!(true), json!([])));
+        assert!(!wrote, "an idle poll wrote (a row version, a lock): every client's timer would cost a WAL flush");
+        cursor = page["cursor"].as_str().unwrap().to_owned();
+    }
+    // Another bucket in the same poll (never served to this client) is recorded, once.
+    let other = "team:none";
+    let (_, wrote) = pull_and_whether_it_wrote(&db, &alice, pull_request(DEVICE, Some(&cursor), &[&b, other], 100)).await;
+    assert!(wrote, "a bucket the client had not been served is recorded");
+    assert_eq!(db.one::<i64>("select count(*) from kizuna.client_buckets").await, 2);
+    let (_, wrote) = pull_and_whether_it_wrote(&db, &alice, pull_request(DEVICE, Some(&cursor), &[&b, other], 100)).await;
+    assert!(!wrote);
+
+    // A poll that brings something new records the new horizon.
+    db.push(&alice, push_request(DEVICE, vec![mutation(7, "todos", "g", "upsert", json!({"title": "g"}))])).await.unwrap();
+    let (page, wrote) = pull_and_whether_it_wrote(&db, &alice, pull_request(DEVICE, Some(&cursor), &[&b], 100)).await;
+    assert_eq!(page["entries"].as_array().unwrap().len(), 1);
+    assert!(wrote);
+    assert_eq!(db.one::<i64>(&format!("{served} where bucket = '{b}'")).await, page["horizon"].as_i64().unwrap());
+    // A first sync again (a rehydration, from null) over buckets already served at this horizon:
+    // `joined` is already 0, so nothing to write either.
+    let (_, wrote) = pull_and_whether_it_wrote(&db, &alice, pull_request(DEVICE, None, &[&b], 100)).await;
+    assert!(!wrote, "a rehydration at the served horizon of a complete view writes nothing");
+}
