@@ -119,6 +119,7 @@ begin
 
   delete from kizuna.pending where xid = x;
   delete from kizuna.tx_marker where xid = x;
+  perform set_config('kizuna.marked', '', true);  -- a later write queues the fence again (003)
   return null;
 end
 $$;

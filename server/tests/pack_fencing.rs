@@ -146,3 +146,45 @@ async fn a_transaction_deleting_and_moving_fifty_thousand_synced_rows_commits_wi
         .await;
     assert_eq!(log, json!({"gone": 50000, "moved_in": moved, "moved_image": 50000}));
 }
+
+/// The capture trigger queues the fence once per transaction (its marker row), and the marker's
+/// state must follow the transaction's: a savepoint rolled back takes the marker with it, and an
+/// early fence (SET CONSTRAINTS ALL IMMEDIATE, or an app's deferred trigger writing at commit
+/// after the fence ran) folds and removes it. A write after either must queue the fence again,
+/// or it reaches no device.
+#[tokio::test]
+async fn writes_after_a_rolled_back_savepoint_or_an_early_fence_still_reach_the_change_log() {
+    let db = TestDb::with_todos().await;
+    let row = |id: &str| format!("insert into public.todos (id, owner, title) values ('{id}', '{USER}', '{id}')");
+    // A rolled-back savepoint held the transaction's first synced write.
+    for statement in ["begin", "savepoint s", &row("gone"), "rollback to savepoint s", &row("kept"), &row("kept-2"), "commit"] {
+        db.exec(statement).await;
+    }
+    // The fence fired by SET CONSTRAINTS, then more writes in the same transaction; and again.
+    for statement in ["begin", &row("early"), "set constraints all immediate", &row("after-immediate"),
+                      &row("after-immediate-2"), "set constraints all deferred", &row("after-deferred"), "commit"] {
+        db.exec(statement).await;
+    }
+    // An app's deferred trigger that writes a synced row at commit, after the fence folded the rest.
+    db.exec(&format!(
+        "create table public.audit (n int);
+         create function public.audit_writes() returns trigger language plpgsql as $$
+         begin insert into public.todos (id, owner, title) values ('by-trigger-' || new.n, '{USER}', 'late'); return null; end $$;
+         create constraint trigger audit_late after insert on public.audit deferrable initially deferred
+           for each row execute function public.audit_writes();"
+    )).await;
+    for statement in ["begin", &row("before-trigger"), "insert into public.audit values (1)", "commit"] {
+        db.exec(statement).await;
+    }
+    let logged: Vec<String> = db
+        .client()
+        .query("select pk from kizuna.changes where tbl = 'todos' and not deleted and seq > 0 order by pk", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(logged, ["after-deferred", "after-immediate", "after-immediate-2", "before-trigger", "by-trigger-1", "early", "kept", "kept-2"]);
+    assert_eq!(db.one::<i64>("select count(*) from kizuna.pending").await, 0, "every captured change was folded");
+    assert_eq!(db.one::<i64>("select count(*) from kizuna.tx_marker").await, 0);
+}
