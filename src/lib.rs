@@ -5,6 +5,7 @@
 #![cfg(target_arch = "wasm32")]
 
 mod api;
+mod chunks;
 mod error;
 mod events;
 mod indexes;

@@ -6,6 +6,9 @@
 //! the greatest of them, and only the keys found there are read: a batch of new rows reads nothing
 //! more. A range that holds more than twice as many keys as the step writes (its keys spread over
 //! a large table) is not read whole: those keys are then read one `get` each, as a small step's are.
+//!
+//! A key of a table with rows in chunks (`chunks.rs`) is also looked up in them, beside its own
+//! record, which wins when both answer (a key in a chunk has no record of its own).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -16,6 +19,7 @@ use kizuna_engine::{RowKey, RowRecord};
 use wasm_bindgen::prelude::*;
 
 use crate::error::ClientError;
+use crate::chunks::{record_of, request_chunk};
 use crate::store::{failed, from_js, present, request_rows, row_key, RowRequest};
 
 /// The fewest keys of one table a step writes for them to be asked for as a range first.
@@ -27,15 +31,25 @@ type KeysRequest = indexed_db_futures::future::GetAllPrimitiveRequest<JsValue>;
 /// the reads share one round trip with whatever the caller issued beside them.
 pub struct RowReads<'a> {
     rows: ObjectStore<'a>,
+    chunks: ObjectStore<'a>,
     records: Vec<(RowKey, RowRequest)>,
     /// A table's keys written, with the request for the stored keys in their range.
     ranges: Vec<(Vec<RowKey>, KeysRequest)>,
+    /// The keys of tables with rows in chunks as known when issued, each with the read of its chunk.
+    in_chunks: Vec<(RowKey, RowRequest)>,
+    /// Every key asked for.
+    keys: Vec<RowKey>,
 }
 
 impl<'a> RowReads<'a> {
-    /// Issues the reads of `keys`' records in the `rows` store.
-    pub fn issue(rows: ObjectStore<'a>, keys: &[RowKey]) -> Result<RowReads<'a>, ClientError> {
-        let mut reads = RowReads { rows, records: Vec::new(), ranges: Vec::new() };
+    /// Issues the reads of `keys`' records in the `rows` store, and in the chunks for the keys of
+    /// the tables in `chunked` (`None`: every key).
+    pub fn issue(rows: ObjectStore<'a>, chunks: ObjectStore<'a>, keys: &[RowKey], chunked: Option<&BTreeSet<String>>) -> Result<RowReads<'a>, ClientError> {
+        let mut in_chunks = Vec::new();
+        for key in keys.iter().filter(|k| chunked.is_none_or(|tables| tables.contains(&k.table))) {
+            in_chunks.push((key.clone(), request_chunk(&chunks, key)?));
+        }
+        let mut reads = RowReads { rows, chunks, records: Vec::new(), ranges: Vec::new(), in_chunks, keys: keys.to_vec() };
         // A step writes to few tables: a list is enough.
         let mut by_table: Vec<(&str, Vec<RowKey>)> = Vec::new();
         for key in keys {
@@ -67,8 +81,9 @@ impl<'a> RowReads<'a> {
         Ok(())
     }
 
-    /// The records that exist.
-    pub async fn found(mut self) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
+    /// The records that exist. `chunked`: the tables with rows in chunks as known now, when the
+    /// reads were issued before it was (their keys not looked up then are looked up now).
+    pub async fn found(mut self, chunked: Option<&BTreeSet<String>>) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
         let mut stored = Vec::new();
         for (keys, request) in std::mem::take(&mut self.ranges) {
             let in_range: Vec<JsValue> = request.await.map_err(failed)?.map(|k| k.map_err(failed)).collect::<Result<_, _>>()?;
@@ -81,9 +96,22 @@ impl<'a> RowReads<'a> {
         }
         self.request_records(stored)?;
         let mut found = BTreeMap::new();
-        for (key, request) in self.records {
+        for (key, request) in std::mem::take(&mut self.records) {
             if let Some(value) = present(request.await.map_err(failed)?) {
                 found.insert(key, from_js(value)?);
+            }
+        }
+        let asked: BTreeSet<RowKey> = self.in_chunks.iter().map(|(k, _)| k.clone()).collect();
+        for key in self.keys.iter().filter(|k| !asked.contains(*k) && chunked.is_some_and(|tables| tables.contains(&k.table))) {
+            self.in_chunks.push((key.clone(), request_chunk(&self.chunks, key)?));
+        }
+        for (key, request) in self.in_chunks {
+            let chunk = present(request.await.map_err(failed)?);
+            if found.contains_key(&key) {
+                continue;
+            }
+            if let Some(record) = chunk.and_then(|c| record_of(&c, &key.pk)) {
+                found.insert(key, from_js(record)?);
             }
         }
         Ok(found)

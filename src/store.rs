@@ -27,6 +27,7 @@ use kizuna_protocol::Entry;
 use serde::{de::DeserializeOwned, Serialize};
 use wasm_bindgen::prelude::*;
 
+use crate::chunks::{Unchunking, CHUNKS};
 use crate::error::ClientError;
 use crate::indexes::Indexes;
 use crate::js;
@@ -41,7 +42,7 @@ const OUTBOX: &str = "outbox";
 const DEAD: &str = "dead";
 const STAGING: &str = "staging";
 const META: &str = "meta";
-const ALL: [&str; 5] = [ROWS, OUTBOX, DEAD, STAGING, META];
+const ALL: [&str; 6] = [ROWS, CHUNKS, OUTBOX, DEAD, STAGING, META];
 /// The `sync` record (`sync_record`).
 const SYNC_KEY: &str = "sync";
 /// Schema 2's records of the engine's meta and of the declared indexes, apart from `sync`: folded
@@ -61,7 +62,8 @@ const TOKEN_FORM: f64 = 2.0;
 /// 4: the rows have no `table` index. Their `[table, pk]` key keeps a table's rows together, so a
 /// read of one table is a key range (`table_range`), and every row put updated one index for
 /// nothing (a first sync's puts took about 6 % longer with it, in raw IndexedDB).
-const SCHEMA_VERSION: u32 = 4;
+/// 5: the rows a run from `null` brings are stored by the hundred (`chunks.rs`).
+const SCHEMA_VERSION: u32 = 5;
 /// Rows moved or re-tokened per request while a schema or declaration changes.
 const CHUNK: u32 = 2_000;
 
@@ -76,6 +78,9 @@ pub struct Store {
     /// every row). Tabs of two deploys may declare different ones: every step reads the database's
     /// (`begin_reading`), so each tab writes the tokens the others query by.
     indexes: std::cell::RefCell<Indexes>,
+    /// The tables that may have rows in chunks (`chunks.rs`), as the `sync` record last read said:
+    /// a write of their keys takes them out of their chunks.
+    chunked: std::cell::RefCell<std::collections::BTreeSet<String>>,
     /// Steps whose read-write transaction is open (`OpenStep`).
     open_steps: std::cell::Cell<u32>,
     /// What runs once no step's transaction is open (`when_idle`).
@@ -114,6 +119,12 @@ fn sync_field(record: &JsValue, name: &str) -> Option<JsValue> {
     present(js_sys::Reflect::get(record, &JsValue::from_str(name)).ok())
 }
 
+/// The tables a `sync` record says may have rows in chunks.
+fn chunked_tables(record: Option<&JsValue>) -> std::collections::BTreeSet<String> {
+    let Some(tables) = record.and_then(|r| sync_field(r, "chunked")) else { return Default::default() };
+    Array::from(&tables).iter().filter_map(|t| t.as_string()).collect()
+}
+
 /// The stamp of a `sync` record (none: the default, as of a database no step committed to).
 fn stamp_of(record: Option<&JsValue>) -> Result<SyncStamp, ClientError> {
     let Some(record) = record else { return Ok(SyncStamp::default()) };
@@ -129,13 +140,14 @@ fn stamp_of(record: Option<&JsValue>) -> Result<SyncStamp, ClientError> {
     Ok(SyncStamp { version, leader })
 }
 
-/// The `sync` record `{version, leader, meta, indexes}`: the stamp, the engine's `meta` record and
-/// the declared indexes the stored tokens were made for (absent: none declared), each left out
-/// when absent. One record, so that a step reads one and puts one: a write step that read the
+/// The `sync` record `{version, leader, meta, indexes, chunked}`: the stamp, the engine's `meta`
+/// record, the declared indexes the stored tokens were made for (absent: none declared) and the
+/// tables that may have rows in chunks (`chunks.rs`; absent: none), each left out when absent.
+/// One record, so that a step reads one and puts one: a write step that read the
 /// stamp and the declaration and put the stamp and the meta apart made four requests, and in raw
 /// IndexedDB in Chromium those two more were most of what the client's design added to a write's
 /// own two puts (1.5 times them, against 1.17 for one read and one put).
-fn sync_record(stamp: &SyncStamp, meta: Option<&JsValue>, indexes: Option<&JsValue>) -> JsValue {
+fn sync_record(stamp: &SyncStamp, meta: Option<&JsValue>, indexes: Option<&JsValue>, chunked: Option<&JsValue>) -> JsValue {
     let record = js_sys::Object::new();
     let set = |name: &str, value: &JsValue| {
         let _ = js_sys::Reflect::set(&record, &JsValue::from_str(name), value);
@@ -144,7 +156,7 @@ fn sync_record(stamp: &SyncStamp, meta: Option<&JsValue>, indexes: Option<&JsVal
     if let Some(leader) = &stamp.leader {
         set("leader", &JsValue::from_str(leader));
     }
-    for (name, value) in [("meta", meta), ("indexes", indexes)] {
+    for (name, value) in [("meta", meta), ("indexes", indexes), ("chunked", chunked)] {
         if let Some(value) = value {
             set(name, value);
         }
@@ -243,6 +255,9 @@ fn upgrade(event: VersionChangeEvent, db: Database, opening: &web_sys::IdbOpenDb
         let upgrading = opening.transaction().ok_or_else(|| JsValue::from_str("the upgrade has no transaction"))?;
         upgrading.object_store(ROWS)?.delete_index("table")?;
     }
+    if old < 5.0 {
+        crate::chunks::create(&db)?;
+    }
     Ok(())
 }
 
@@ -317,6 +332,7 @@ impl Store {
             staged: Default::default(),
             staging_memory_bytes,
             indexes: std::cell::RefCell::new(indexes),
+            chunked: Default::default(),
             open_steps: Default::default(),
             idle: Default::default(),
             upgraded_elsewhere,
@@ -343,7 +359,7 @@ impl Store {
     /// and takes the events kept and not told.
     async fn settle(&self) -> Result<Vec<Event>, ClientError> {
         let legacy = self.db.object_store_names().any(|n| n == LEGACY_ROWS);
-        let tx = self.transaction_over(if legacy { vec![LEGACY_ROWS, ROWS, META] } else { vec![ROWS, META] }, TransactionMode::Readwrite)?;
+        let tx = self.transaction_over(if legacy { vec![LEGACY_ROWS, ROWS, CHUNKS, META] } else { vec![ROWS, CHUNKS, META] }, TransactionMode::Readwrite)?;
         let meta = store(&tx, META)?;
         let found = get(&meta, SYNC_KEY.into()).await?;
         let read = |name| found.as_ref().and_then(|r| sync_field(r, name));
@@ -371,15 +387,21 @@ impl Store {
             self.rewrite(&from, &store(&tx, ROWS)?, None).await?;
             from.clear().map_err(failed)?;
         }
+        let mut chunked = chunked_tables(found.as_ref());
         for table in &retoken {
             let rows = store(&tx, ROWS)?;
             self.rewrite(&rows, &rows, Some(table)).await?;
+            // A declared table's rows carry tokens, which chunks do not hold: out of them.
+            if chunked.remove(table) {
+                self.unchunk_table(&store(&tx, CHUNKS)?, &rows, table).await?;
+            }
         }
         if !retoken.is_empty() {
             declared = Some(to_js(&own)?);
         }
         if folded || !retoken.is_empty() {
-            let record = sync_record(&stamp_of(found.as_ref())?, state.as_ref(), declared.as_ref());
+            let chunked = (!chunked.is_empty()).then(|| to_js(&chunked)).transpose()?;
+            let record = sync_record(&stamp_of(found.as_ref())?, state.as_ref(), declared.as_ref(), chunked.as_ref());
             drop(meta.put(record).with_key(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?);
         }
         let unheard = take_unheard(&tx).await?;
@@ -415,6 +437,27 @@ impl Store {
         }
     }
 
+    /// Moves every row of `table` held in `chunks` into `rows`, as its own record with this
+    /// store's tokens, and deletes the table's chunks: about `CHUNK` rows at a time, as `rewrite`.
+    async fn unchunk_table(&self, chunks: &ObjectStore<'_>, rows: &ObjectStore<'_>, table: &str) -> Result<(), ClientError> {
+        let range = JsValue::from(table_range(table, None)?);
+        let per_read = (CHUNK as usize / crate::chunks::CHUNK_ROWS).max(1) as u32;
+        loop {
+            let found: Vec<JsValue> = chunks.get_all::<JsValue>().with_query(range.clone()).with_limit(per_read).primitive().map_err(failed)?
+                .await.map_err(failed)?.map(|c| c.map_err(failed)).collect::<Result<_, _>>()?;
+            for chunk in &found {
+                for record in crate::chunks::records(chunk).iter() {
+                    let row: RowRecord = from_js(record)?;
+                    drop(rows.put(self.encode_row(&row)?).with_key(row_key(&row.table, &row.pk)).primitive().map_err(failed)?);
+                }
+                drop(chunks.delete(js_sys::Reflect::get(chunk, &"id".into()).map_err(|e| failed(crate::error::describe(&e)))?).primitive().map_err(failed)?);
+            }
+            if (found.len() as u32) < per_read {
+                return Ok(());
+            }
+        }
+    }
+
     /// A row as stored: its record, with the tokens of its table's declared indexes.
     fn encode_row(&self, row: &RowRecord) -> Result<JsValue, ClientError> {
         let js = to_js(row)?;
@@ -445,23 +488,28 @@ impl Store {
     /// into wasm memory (which never shrinks), so a query over a million rows costs the JS heap
     /// what the app keeps, and nothing after.
     /// `each` sees every record, one at a time.
-    pub async fn records_where(&self, index: &str, value: &str, mut each: impl FnMut(&JsValue)) -> Result<(), ClientError> {
+    /// Records in chunks come in the same order, by table and key, among the others.
+    pub async fn records_where(&self, index: &str, value: &str, each: impl FnMut(&JsValue)) -> Result<(), ClientError> {
         let tx = self.transaction(TransactionMode::Readonly)?;
-        let found = read_index(&store(&tx, ROWS)?, index, value)?.await;
-        for record in found.map_err(failed)? {
-            each(&record.map_err(failed)?);
-        }
-        Ok(())
+        let found = read_index(&store(&tx, ROWS)?, index, value)?;
+        // Only the `bucket` index has a counterpart in the chunks (no chunked table declares `eq`).
+        let chunked = (index == "bucket").then(|| read_index(&store(&tx, CHUNKS)?, "bucket", value)).transpose()?;
+        let value = JsValue::from_str(value);
+        let in_chunks = |chunk: &JsValue| crate::chunks::records(chunk).filter(&mut |r, _, _| js_sys::Reflect::get(&r, &"bucket".into()).ok().as_ref() == Some(&value));
+        merge_chunked(found.await.map_err(failed)?, chunked, in_chunks, each).await
     }
 
     /// The stored records of `keys` that exist, as the browser read them.
     pub async fn records(&self, keys: &[RowKey]) -> Result<Vec<JsValue>, ClientError> {
         let tx = self.transaction(TransactionMode::Readonly)?;
-        let rows = store(&tx, ROWS)?;
+        let (rows, chunks) = (store(&tx, ROWS)?, store(&tx, CHUNKS)?);
         let requests = request_rows(&rows, keys)?;
+        let in_chunks = keys.iter().map(|key| crate::chunks::request_chunk(&chunks, key)).collect::<Result<Vec<_>, _>>()?;
         let mut found = Vec::new();
-        for request in requests {
-            found.extend(present(request.await.map_err(failed)?));
+        for ((request, chunk), key) in requests.into_iter().zip(in_chunks).zip(keys) {
+            let own = present(request.await.map_err(failed)?);
+            let chunk = present(chunk.await.map_err(failed)?);
+            found.extend(own.or_else(|| chunk.and_then(|c| crate::chunks::record_of(&c, &key.pk))));
         }
         Ok(found)
     }
@@ -470,6 +518,7 @@ impl Store {
     /// (absent: none declared).
     fn follow_declaration(&self, record: Option<&JsValue>) -> Result<(), ClientError> {
         *self.indexes.borrow_mut() = record.and_then(|r| sync_field(r, "indexes")).map(from_js).transpose()?.unwrap_or_default();
+        *self.chunked.borrow_mut() = chunked_tables(record);
         Ok(())
     }
 
@@ -477,7 +526,7 @@ impl Store {
     /// database's declared index of the first condition of `conditions` it has one for, else all
     /// of the table's. The declaration is read in the same transaction, beside the read through
     /// the index this tab last knew of, which is used when it still stands.
-    pub async fn table_records(&self, table: &str, conditions: &serde_json::Map<String, serde_json::Value>, mut each: impl FnMut(&JsValue)) -> Result<(), ClientError> {
+    pub async fn table_records(&self, table: &str, conditions: &serde_json::Map<String, serde_json::Value>, each: impl FnMut(&JsValue)) -> Result<(), ClientError> {
         let tx = self.transaction(TransactionMode::Readonly)?;
         let rows = store(&tx, ROWS)?;
         let declared = store(&tx, META)?.get(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?;
@@ -488,13 +537,14 @@ impl Store {
         };
         let known = crate::indexes::lookup(&self.indexes.borrow(), table, conditions);
         let guessed = read(&known)?;
+        // A table read whole may have rows in chunks (one read through a declared index has none).
+        let chunks = store(&tx, CHUNKS)?;
+        let chunked = |token: &Option<String>| token.is_none().then(|| read_table(&chunks, table)).transpose();
+        let guessed_chunks = chunked(&known)?;
         self.follow_declaration(present(declared.await.map_err(failed)?).as_ref())?;
         let stands = crate::indexes::lookup(&self.indexes.borrow(), table, conditions);
-        let found = if stands == known { guessed } else { read(&stands)? };
-        for record in found.await.map_err(failed)? {
-            each(&record.map_err(failed)?);
-        }
-        Ok(())
+        let (found, in_chunks) = if stands == known { (guessed, guessed_chunks) } else { (read(&stands)?, chunked(&stands)?) };
+        merge_chunked(found.await.map_err(failed)?, in_chunks, crate::chunks::records, each).await
     }
 
     pub fn close(&self) {
@@ -520,6 +570,7 @@ impl Store {
     pub async fn load(&self) -> Result<(Option<PersistedState>, SyncStamp), ClientError> {
         let tx = self.transaction(TransactionMode::Readonly)?;
         let record = get(&store(&tx, META)?, SYNC_KEY.into()).await?;
+        *self.chunked.borrow_mut() = chunked_tables(record.as_ref());
         Ok((load_state(&tx, record.as_ref()).await?, stamp_of(record.as_ref())?))
     }
 
@@ -536,9 +587,10 @@ impl Store {
         let open = OpenStep::new(self);
         let tx = self.transaction(TransactionMode::Readwrite)?;
         let step = StepReads::issue(self, &tx)?;
-        let rows = RowReads::issue(store(&tx, ROWS)?, keys)?;
+        let rows = RowReads::issue(store(&tx, ROWS)?, store(&tx, CHUNKS)?, keys, Some(&self.chunked.borrow()))?;
         let (found, _) = step.answered(self).await?;
-        let rows = rows.found().await?;
+        let chunked = self.chunked.borrow().clone();
+        let rows = rows.found(Some(&chunked)).await?;
         let mut txn = WriteTxn::new(self, tx, open);
         txn.found(found)?;
         Ok((txn, rows))
@@ -562,7 +614,7 @@ impl Store {
     /// The stored records of `keys` that exist, read in one transaction.
     pub async fn rows(&self, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
         let tx = self.transaction(TransactionMode::Readonly)?;
-        RowReads::issue(store(&tx, ROWS)?, keys)?.found().await
+        RowReads::issue(store(&tx, ROWS)?, store(&tx, CHUNKS)?, keys, None)?.found(None).await
     }
 
     /// Drops the record `put_unheard` wrote under `suffix`: its events were told.
@@ -589,6 +641,18 @@ pub struct WriteTxn<'a> {
     new_stamp: std::cell::RefCell<Option<SyncStamp>>,
     /// Its changes to the pages staged in memory, carried out when it commits.
     staging: std::cell::RefCell<Vec<StagingChange>>,
+    /// The keys it writes as records of their own, to be taken out of their chunks as it commits.
+    unchunking: std::cell::RefCell<Unchunking>,
+    /// The tables that may have rows in chunks once it commits, when it changed them (`None`: as found).
+    chunked: std::cell::RefCell<Option<std::collections::BTreeSet<String>>>,
+    /// The number of its next chunk (`chunks::put`).
+    next_chunk: std::cell::Cell<u32>,
+    /// Keys written alone before its `sync` record was answered (a write queued behind its reads,
+    /// `issue_reads`) whose tables were not known to have chunks then: looked up once it is, if
+    /// the record says they have.
+    unverified: std::cell::RefCell<Vec<RowKey>>,
+    /// Whether its `sync` record was answered (`found`).
+    answered: std::cell::Cell<bool>,
     /// Counts it open until it has committed or been dropped (after `tx`, which it outlives).
     _open: OpenStep<'a>,
 }
@@ -637,7 +701,8 @@ pub struct Answered {
 impl UnreadAnswers<'_> {
     pub async fn answered(self, store: &Store) -> Result<Answered, ClientError> {
         let (record, indexes_changed) = self.step.answered(store).await?;
-        Ok(Answered { record, indexes_changed, found: self.rows.found().await? })
+        let chunked = store.chunked.borrow().clone();
+        Ok(Answered { record, indexes_changed, found: self.rows.found(Some(&chunked)).await? })
     }
 }
 
@@ -675,6 +740,11 @@ impl<'a> WriteTxn<'a> {
             meta: Default::default(),
             new_stamp: Default::default(),
             staging: Default::default(),
+            unchunking: Default::default(),
+            chunked: Default::default(),
+            next_chunk: Default::default(),
+            unverified: Default::default(),
+            answered: Default::default(),
             _open: open,
         }
     }
@@ -682,7 +752,13 @@ impl<'a> WriteTxn<'a> {
     /// Takes the `sync` record as read (`Answered::record`): its stamp becomes `stamp`.
     pub fn found(&mut self, record: Option<JsValue>) -> Result<(), ClientError> {
         self.stamp = stamp_of(record.as_ref())?;
+        let chunked = chunked_tables(record.as_ref());
         self.found = record;
+        self.answered.set(true);
+        let unverified = std::mem::take(&mut *self.unverified.borrow_mut());
+        for key in unverified.iter().filter(|k| chunked.contains(&k.table)) {
+            self.unchunking.borrow_mut().look_up(&store(&self.tx, CHUNKS)?, key)?;
+        }
         Ok(())
     }
 
@@ -709,14 +785,19 @@ impl<'a> WriteTxn<'a> {
         let meta = self.meta.borrow().clone();
         let Some(stamp) = self.new_stamp.borrow().clone().or_else(|| meta.is_some().then(|| self.stamp.clone())) else { return Ok(()) };
         let read = |name| self.found.as_ref().and_then(|r| sync_field(r, name));
-        let record = sync_record(&stamp, meta.or_else(|| read("meta")).as_ref(), read("indexes").as_ref());
+        let chunked = match self.chunked.borrow().as_ref() {
+            Some(tables) => (!tables.is_empty()).then(|| to_js(tables)).transpose()?,
+            None => read("chunked"),
+        };
+        let record = sync_record(&stamp, meta.or_else(|| read("meta")).as_ref(), read("indexes").as_ref(), chunked.as_ref());
         drop(store(&self.tx, META)?.put(record).with_key(JsValue::from_str(SYNC_KEY)).primitive().map_err(failed)?);
         Ok(())
     }
 
     /// The stored records of `keys` that exist.
     pub async fn rows(&self, keys: &[RowKey]) -> Result<BTreeMap<RowKey, RowRecord>, ClientError> {
-        RowReads::issue(store(&self.tx, ROWS)?, keys)?.found().await
+        let chunked = self.chunked_now();
+        RowReads::issue(store(&self.tx, ROWS)?, store(&self.tx, CHUNKS)?, keys, Some(&chunked))?.found(Some(&chunked)).await
     }
 
     /// Issues what `Store::begin_reading` reads (the `sync` stamp, the declared indexes, the
@@ -726,7 +807,8 @@ impl<'a> WriteTxn<'a> {
     /// table: more are read as a range first, whose second reads would come after those puts.
     pub fn issue_reads(&self, keys: &[RowKey]) -> Result<UnreadAnswers<'_>, ClientError> {
         let step = StepReads::issue(self.store, &self.tx)?;
-        Ok(UnreadAnswers { step, rows: RowReads::issue(store(&self.tx, ROWS)?, keys)? })
+        let rows = RowReads::issue(store(&self.tx, ROWS)?, store(&self.tx, CHUNKS)?, keys, Some(&self.store.chunked.borrow()))?;
+        Ok(UnreadAnswers { step, rows })
     }
 
     /// Keeps `events` with the step that commits them, under `unheard:<suffix>`: a page that goes
@@ -771,23 +853,26 @@ impl<'a> WriteTxn<'a> {
         let corrupt = |e: serde_json::Error| ClientError::new("STORAGE_CORRUPT", format!("a staged page does not decode: {e}"));
         let staged: PageText<'_> = serde_json::from_str(text).map_err(corrupt)?;
         let rows = store(&self.tx, ROWS)?;
-        let mut server_rows = ServerRows::default();
+        let chunks = store(&self.tx, CHUNKS)?;
+        // A run from `null` cleared every row and chunk first: its rows go into chunks.
+        let mut server_rows = ServerRows { chunking: plan.rehydrate(), ..ServerRows::default() };
         for StagedEntry { seq, table, pk, bucket, row, deleted } in staged.entries {
             match (plan.place(seq, &table, &pk, deleted), row) {
                 (Placement::Skip, _) => {}
                 (Placement::ServerRow, Some(row)) => {
                     server_rows.push(table, pk, &bucket, row.get())?;
                     if server_rows.full() {
-                        server_rows.put(self.store, &rows)?;
+                        server_rows.put(self, &rows, &chunks)?;
                     }
                 }
                 // A live entry without a row leaves nothing to show, as `materialize` has it.
                 (Placement::ServerRow | Placement::Delete, _) => {
-                    server_rows.put(self.store, &rows)?;
-                    drop(rows.delete(row_key(&table, &pk)).primitive().map_err(failed)?)
+                    server_rows.put(self, &rows, &chunks)?;
+                    drop(rows.delete(row_key(&table, &pk)).primitive().map_err(failed)?);
+                    self.written_alone(&chunks, &RowKey::new(table.into_owned(), pk.into_owned()))?
                 }
                 (Placement::Replay, row) => {
-                    server_rows.put(self.store, &rows)?;
+                    server_rows.put(self, &rows, &chunks)?;
                     let row = row.map(|raw| staged_row(raw.get())).transpose()?;
                     let entry = Entry { seq, table: table.into_owned(), pk: pk.into_owned(), bucket: bucket.into_owned(), row, deleted };
                     if let Some(op) = plan.materialize(entry) {
@@ -796,12 +881,49 @@ impl<'a> WriteTxn<'a> {
                 }
             }
         }
-        server_rows.put(self.store, &rows)
+        server_rows.put(self, &rows, &chunks)
     }
 
     /// Queues every operation; requests run in order, so a later put wins over an earlier one.
     pub fn apply(&self, ops: &[StoreOp]) -> Result<(), ClientError> {
         apply(self, ops)
+    }
+
+    /// The tables that may have rows in chunks, as this transaction leaves them.
+    fn chunked_now(&self) -> std::collections::BTreeSet<String> {
+        self.chunked.borrow().clone().unwrap_or_else(|| self.store.chunked.borrow().clone())
+    }
+
+    /// `key` is written as a record of its own (or deleted): out of its chunk, if its table has any.
+    fn written_alone(&self, chunks: &ObjectStore<'_>, key: &RowKey) -> Result<(), ClientError> {
+        let chunked = match self.chunked.borrow().as_ref() {
+            Some(tables) => tables.contains(&key.table),
+            None => self.store.chunked.borrow().contains(&key.table),
+        };
+        if chunked {
+            self.unchunking.borrow_mut().look_up(chunks, key)?;
+        } else if !self.answered.get() {
+            self.unverified.borrow_mut().push(key.clone());
+        }
+        Ok(())
+    }
+
+    /// Every row and chunk is cleared (`ClearRows`).
+    fn rows_cleared(&self) {
+        *self.chunked.borrow_mut() = Some(Default::default());
+        *self.unchunking.borrow_mut() = Unchunking::default();
+        self.unverified.borrow_mut().clear();
+    }
+
+    /// Queues `records` of `table` as chunks, and records that the table has some.
+    fn put_chunks(&self, chunks: &ObjectStore<'_>, table: &str, records: &[JsValue]) -> Result<(), ClientError> {
+        let mut next = self.next_chunk.get();
+        crate::chunks::put(chunks, table, records, &mut next)?;
+        self.next_chunk.set(next);
+        let mut tables = self.chunked_now();
+        tables.insert(table.to_owned());
+        *self.chunked.borrow_mut() = Some(tables);
+        Ok(())
     }
 
     /// Stages a page's text in memory when it fits (after this transaction's own changes), and
@@ -821,8 +943,13 @@ impl<'a> WriteTxn<'a> {
 
     /// Puts the `sync` record (`put_sync_record`) and resolves once everything queued is durable.
     pub async fn commit(self) -> Result<(), ClientError> {
+        let unchunking = std::mem::take(&mut *self.unchunking.borrow_mut());
+        unchunking.finish(&store(&self.tx, CHUNKS)?).await?;
         self.put_sync_record()?;
         self.tx.commit().await.map_err(failed)?;
+        if let Some(tables) = self.chunked.into_inner() {
+            *self.store.chunked.borrow_mut() = tables;
+        }
         let mut staged = self.store.staged.borrow_mut();
         for change in self.staging.into_inner() {
             match change {
@@ -923,6 +1050,8 @@ fn stage(txn: &WriteTxn<'_>, page_no: u32, text: &str) -> Result<(), ClientError
 struct ServerRows<'p> {
     text: Vec<u8>,
     rows: Vec<(Cow<'p, str>, Cow<'p, str>, &'p str)>,
+    /// The rows of tables that declare no index go into chunks (`chunks.rs`): a run from `null`.
+    chunking: bool,
 }
 
 /// The most text `ServerRows` gathers before putting what it holds (wasm memory never shrinks).
@@ -948,8 +1077,9 @@ impl<'p> ServerRows<'p> {
         self.text.len() >= SERVER_ROWS_BYTES
     }
 
-    /// Queues the puts of the records gathered so far, in the order they came.
-    fn put(&mut self, store: &Store, rows: &ObjectStore<'_>) -> Result<(), ClientError> {
+    /// Queues the puts of the records gathered so far, in the order they came: as chunks, each
+    /// table's apart, when chunking (a key appears once in a run from `null`).
+    fn put(&mut self, txn: &WriteTxn<'_>, rows: &ObjectStore<'_>, chunks: &ObjectStore<'_>) -> Result<(), ClientError> {
         if self.rows.is_empty() {
             return Ok(());
         }
@@ -957,10 +1087,22 @@ impl<'p> ServerRows<'p> {
         let corrupt = || ClientError::new("STORAGE_CORRUPT", "a staged row is not JSON");
         let text = std::str::from_utf8(&self.text).map_err(|_| corrupt())?;
         let records: Array = js_sys::JSON::parse(text).map_err(|_| corrupt())?.unchecked_into();
+        let mut chunked: Vec<(String, Vec<JsValue>)> = Vec::new();
         for (i, (table, pk, row)) in self.rows.drain(..).enumerate() {
             let record = records.get(i as u32);
-            store.set_server_row_tokens(&record, &table, row)?;
+            if self.chunking && !txn.store.indexes.borrow().contains_key(table.as_ref()) {
+                match chunked.iter_mut().find(|(t, _)| *t == table) {
+                    Some((_, group)) => group.push(record),
+                    None => chunked.push((table.into_owned(), vec![record])),
+                }
+                continue;
+            }
+            txn.store.set_server_row_tokens(&record, &table, row)?;
             drop(rows.put(record).with_key(row_key(&table, &pk)).primitive().map_err(failed)?);
+            txn.written_alone(chunks, &RowKey::new(table.into_owned(), pk.into_owned()))?;
+        }
+        for (table, records) in chunked {
+            txn.put_chunks(chunks, &table, &records)?;
         }
         self.text.clear();
         Ok(())
@@ -1002,9 +1144,13 @@ fn apply(txn: &WriteTxn<'_>, ops: &[StoreOp]) -> Result<(), ClientError> {
             StoreOp::PutRow(row) => {
                 let record = records.next();
                 db.set_tokens(&record, row)?;
-                drop(stores.get(ROWS)?.put(record).with_key(row_key(&row.table, &row.pk)).primitive().map_err(failed)?)
+                drop(stores.get(ROWS)?.put(record).with_key(row_key(&row.table, &row.pk)).primitive().map_err(failed)?);
+                txn.written_alone(stores.get(CHUNKS)?, &RowKey::new(row.table.clone(), row.pk.clone()))?
             }
-            StoreOp::DeleteRow(key) => drop(stores.get(ROWS)?.delete(row_key(&key.table, &key.pk)).primitive().map_err(failed)?),
+            StoreOp::DeleteRow(key) => {
+                drop(stores.get(ROWS)?.delete(row_key(&key.table, &key.pk)).primitive().map_err(failed)?);
+                txn.written_alone(stores.get(CHUNKS)?, key)?
+            }
             StoreOp::PutOutbox(entry) => {
                 delete_run(&mut stores, &mut deleting)?;
                 drop(stores.get(OUTBOX)?.put(records.next()).with_key(seq(entry.seq)).primitive().map_err(failed)?)
@@ -1030,7 +1176,11 @@ fn apply(txn: &WriteTxn<'_>, ops: &[StoreOp]) -> Result<(), ClientError> {
                 txn.staging.borrow_mut().push(StagingChange::Clear);
                 drop(stores.get(STAGING)?.clear().map_err(failed)?)
             }
-            StoreOp::ClearRows => drop(stores.get(ROWS)?.clear().map_err(failed)?),
+            StoreOp::ClearRows => {
+                drop(stores.get(ROWS)?.clear().map_err(failed)?);
+                drop(stores.get(CHUNKS)?.clear().map_err(failed)?);
+                txn.rows_cleared()
+            }
         }
     }
     delete_run(&mut stores, &mut deleting)
@@ -1107,6 +1257,39 @@ impl StepRecords {
 /// Issues a read of the records of `rows` whose `index` field ("bucket" or "eq") equals `value`.
 fn read_index(rows: &ObjectStore<'_>, index: &str, value: &str) -> Result<GetAllPrimitiveRequest<JsValue>, ClientError> {
     rows.index(index).map_err(failed)?.get_all::<JsValue>().with_query(JsValue::from_str(value)).primitive().map_err(failed)
+}
+
+/// Hands `each` the records `found` (read in key order), and, when `chunks` was read, the records
+/// `of` each chunk it found (in key order, as stored), all in the order the `rows` store would give
+/// them (`chunks::merge`).
+async fn merge_chunked(
+    found: impl Iterator<Item = indexed_db_futures::Result<JsValue>>,
+    chunks: Option<GetAllPrimitiveRequest<JsValue>>,
+    of: impl Fn(&JsValue) -> Array,
+    mut each: impl FnMut(&JsValue),
+) -> Result<(), ClientError> {
+    let mut sources: Vec<Array> = Vec::new();
+    if let Some(chunks) = chunks {
+        for chunk in chunks.await.map_err(failed)? {
+            let records = of(&chunk.map_err(failed)?);
+            if records.length() > 0 {
+                sources.push(records);
+            }
+        }
+    }
+    if sources.is_empty() {
+        for record in found {
+            each(&record.map_err(failed)?);
+        }
+        return Ok(());
+    }
+    let own = Array::new();
+    for record in found {
+        own.push(&record.map_err(failed)?);
+    }
+    sources.push(own);
+    crate::chunks::merge(&sources, each);
+    Ok(())
 }
 
 /// Issues a read of the records of `table`'s rows, in primary-key order.

@@ -7,6 +7,7 @@ use wasm_bindgen_test::wasm_bindgen_test_configure;
 wasm_bindgen_test_configure!(run_in_browser);
 
 mod support;
+mod chunked;
 mod conflicts;
 mod consistency;
 mod indexes;

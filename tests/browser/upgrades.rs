@@ -61,7 +61,7 @@ async fn a_newer_version_opening_the_database_is_let_in_and_this_client_says_why
     ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "before"})), None)).await;
 
     // A newer version of Kizuna opens the database in another tab, at a later schema.
-    let upgrading = Database::open(name.as_str()).with_version(5u32).with_on_upgrade_needed(|_, _| Ok(()));
+    let upgrading = Database::open(name.as_str()).with_version(6u32).with_on_upgrade_needed(|_, _| Ok(()));
     let newer = within(5_000, upgrading.into_future()).await.expect("this client does not hold up the upgrade").unwrap();
     let err = call(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": "after"})), None)).await.unwrap_err();
     assert_eq!(error_code(&err), "STORAGE_UPGRADED");
