@@ -106,6 +106,13 @@ enum Flow {
     Abandoned,
 }
 
+/// What taking a page left to do (`Inner::take_page`).
+enum Taken {
+    /// Fetch this request's page next.
+    Next(PullRequest),
+    Flow(Flow),
+}
+
 impl Inner {
     /// The store refused a transaction after the engine had stepped: rebuild the engine from what
     /// is durable, so memory never runs ahead of IndexedDB, and hold requests back for a while, so
@@ -629,32 +636,49 @@ impl Inner {
     }
 
     /// Hands a page to the engine inside a store transaction. Pages before the closing one are
-    /// staged, and the next page is fetched while the staging commits, so the network and the
-    /// store work at once; the closing page commits the whole run: the staged pages are read back
+    /// staged, and the next page is fetched meanwhile, so the network and the store work at once:
+    /// its request follows from this page's head (`Engine::next_page_request`), so it is sent
+    /// before the step's transaction even begins, and its answer is used when the step asks for
+    /// that same request. The closing page commits the whole run: the staged pages are read back
     /// in the same transaction that writes the rows, so the run lands at once or not at all and no
     /// transaction stays open across a network wait.
     async fn feed_page(&self, page: Pulled) -> Result<Flow, ClientError> {
+        let ahead = self.engine.borrow().next_page_request(&page.head);
+        let fetch_ahead = async {
+            match &ahead {
+                Some(request) => Some(self.transport.pull(request).await),
+                None => None,
+            }
+        };
+        let (taken, fetched) = futures_util::future::join(self.take_page(page), fetch_ahead).await;
+        match taken? {
+            Taken::Next(next) => {
+                let answer = match fetched {
+                    Some(answer) if ahead.as_ref() == Some(&next) => answer,
+                    _ => self.transport.pull(&next).await,
+                };
+                Ok(Flow::Next(self.fetch_page(answer).await?))
+            }
+            Taken::Flow(flow) => Ok(flow),
+        }
+    }
+
+    /// `feed_page`'s step: the page staged (and the request of the next one), or where the run went.
+    async fn take_page(&self, page: Pulled) -> Result<Taken, ClientError> {
         let txn = match self.begin(true).await {
             Ok(txn) => txn,
             Err(e) => return Err(self.answer_not_taken(e).await),
         };
         let step = self.engine.borrow_mut().on_pull_page_text(now(), page.head, page.text);
         let planned = match step {
-            PullStep::Stage { tx, next } | PullStep::Restart { tx, next } => Ok((tx, Err(next))),
-            PullStep::Abandoned { tx } => Ok((tx, Ok(Flow::Abandoned))),
-            PullStep::Commit(plan) => self.write_run(&txn, plan).await.map(|tx| (tx, Ok(Flow::Committed))),
+            PullStep::Stage { tx, next } | PullStep::Restart { tx, next } => Ok((tx, Taken::Next(next))),
+            PullStep::Abandoned { tx } => Ok((tx, Taken::Flow(Flow::Abandoned))),
+            PullStep::Commit(plan) => self.write_run(&txn, plan).await.map(|tx| (tx, Taken::Flow(Flow::Committed))),
         };
-        // After the step: where the run went (`Ok`), or the next page to fetch (`Err`).
-        let planned: Result<(Transaction, Result<Flow, PullRequest>), ClientError> = planned;
         match planned {
-            Ok((tx, Err(next))) => {
-                let (written, fetched) = futures_util::future::join(self.finish(txn, &tx), self.transport.pull(&next)).await;
-                written?;
-                Ok(Flow::Next(self.fetch_page(fetched).await?))
-            }
-            Ok((tx, Ok(flow))) => {
+            Ok((tx, taken)) => {
                 self.finish(txn, &tx).await?;
-                Ok(flow)
+                Ok(taken)
             }
             // The engine already moved on to this page: roll both back to what is durable.
             Err(e) => Err(self.undo(txn, e).await),

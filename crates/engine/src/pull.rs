@@ -270,6 +270,15 @@ impl Engine {
         PullStep::Stage { tx: Transaction { ops, events: vec![progress] }, next }
     }
 
+    /// The request of the page after one with `head`, as taking that page would give it, while a
+    /// run is in progress and the page goes on to another (not done, no lifecycle signal): the
+    /// adapter may send it before it takes the page, and use its answer when the step's `next` is
+    /// the same request.
+    pub fn next_page_request(&self, head: &PageHead) -> Option<PullRequest> {
+        let running = self.pull.run.as_ref().is_some_and(|r| !r.committing);
+        (running && !head.done && head.lifecycle.is_none()).then(|| self.pull_request(Some(head.cursor.clone())))
+    }
+
     /// The run in progress failed (request failure, or the adapter could not apply its commit).
     /// Committed rows and cursor stay as they were; staging is cleared; a new run is tried after
     /// a backoff.

@@ -444,3 +444,36 @@ fn pages_handed_over_as_text_commit_what_decoded_pages_commit() {
         assert_eq!(events, decoded_events);
     }
 }
+
+/// The request of the next page, as the adapter sends it before it takes a page
+/// (`next_page_request`), is the request taking the page gives; a closing page, or one with a
+/// lifecycle signal, has none, and neither has any page outside a run.
+#[test]
+fn the_next_page_is_asked_for_as_taking_this_one_would_ask() {
+    let mut h = Harness::new(small_pages());
+    seed_server(&mut h, 25);
+    let (mut staged, mut closing) = (0, 0);
+    assert!(h.pull_step_with(|engine, now, page| {
+        let head = PageHead::of(&page);
+        let ahead = engine.next_page_request(&head);
+        let mut signalled = head.clone();
+        signalled.lifecycle = Some(kizuna_engine::protocol::Lifecycle::CheckpointExpired);
+        assert_eq!(engine.next_page_request(&signalled), None);
+        let step = engine.on_pull_page(now, page);
+        match &step {
+            PullStep::Stage { next, .. } => {
+                assert_eq!(ahead.as_ref(), Some(next));
+                staged += 1;
+            }
+            PullStep::Commit(_) => {
+                assert_eq!(ahead, None);
+                closing += 1;
+            }
+            other => panic!("{other:?}"),
+        }
+        step
+    }));
+    assert!(staged >= 2 && closing == 1, "{staged} staged pages, {closing} closing");
+    let head = PageHead { cursor: "c".into(), done: false, horizon: 1, lifecycle: None, conflicts: None, total: None, entries: 0 };
+    assert_eq!(h.engine.next_page_request(&head), None, "no run in progress");
+}
