@@ -860,7 +860,7 @@ impl<'a> WriteTxn<'a> {
             match (plan.place(seq, &table, &pk, deleted), row) {
                 (Placement::Skip, _) => {}
                 (Placement::ServerRow, Some(row)) => {
-                    server_rows.push(table, pk, &bucket, row.get())?;
+                    server_rows.push(self, table, pk, bucket, row.get())?;
                     if server_rows.full() {
                         server_rows.put(self, &rows, &chunks)?;
                     }
@@ -915,10 +915,10 @@ impl<'a> WriteTxn<'a> {
         self.unverified.borrow_mut().clear();
     }
 
-    /// Queues `records` of `table` as chunks, and records that the table has some.
-    fn put_chunks(&self, chunks: &ObjectStore<'_>, table: &str, records: &[JsValue]) -> Result<(), ClientError> {
+    /// Queues `rows` of `table` as chunks, and records that the table has some.
+    fn put_chunks(&self, chunks: &ObjectStore<'_>, table: &str, rows: Vec<crate::chunks::ChunkRow<'_>>) -> Result<(), ClientError> {
         let mut next = self.next_chunk.get();
-        crate::chunks::put(chunks, table, records, &mut next)?;
+        crate::chunks::put(chunks, table, rows, &mut next)?;
         self.next_chunk.set(next);
         let mut tables = self.chunked_now();
         tables.insert(table.to_owned());
@@ -1052,20 +1052,32 @@ struct ServerRows<'p> {
     rows: Vec<(Cow<'p, str>, Cow<'p, str>, &'p str)>,
     /// The rows of tables that declare no index go into chunks (`chunks.rs`): a run from `null`.
     chunking: bool,
+    /// Those rows, by table, and their bytes.
+    chunked: Vec<(Cow<'p, str>, Vec<crate::chunks::ChunkRow<'p>>)>,
+    chunked_bytes: usize,
 }
 
 /// The most text `ServerRows` gathers before putting what it holds (wasm memory never shrinks).
 const SERVER_ROWS_BYTES: usize = 256 << 10;
 
 impl<'p> ServerRows<'p> {
-    fn push(&mut self, table: Cow<'p, str>, pk: Cow<'p, str>, bucket: &str, row: &'p str) -> Result<(), ClientError> {
+    fn push(&mut self, txn: &WriteTxn<'_>, table: Cow<'p, str>, pk: Cow<'p, str>, bucket: Cow<'p, str>, row: &'p str) -> Result<(), ClientError> {
+        if self.chunking && !txn.store.indexes.borrow().contains_key(table.as_ref()) {
+            self.chunked_bytes += row.len() + pk.len() + bucket.len();
+            let chunk_row = crate::chunks::ChunkRow { pk, bucket, row };
+            match self.chunked.iter_mut().find(|(t, _)| *t == table) {
+                Some((_, rows)) => rows.push(chunk_row),
+                None => self.chunked.push((table, vec![chunk_row])),
+            }
+            return Ok(());
+        }
         let encode = |e: serde_json::Error| ClientError::new("STORAGE_FAILED", format!("cannot encode a record: {e}"));
         self.text.extend_from_slice(if self.rows.is_empty() { b"[{\"table\":" } else { b",{\"table\":" });
         serde_json::to_writer(&mut self.text, table.as_ref()).map_err(encode)?;
         self.text.extend_from_slice(b",\"pk\":");
         serde_json::to_writer(&mut self.text, pk.as_ref()).map_err(encode)?;
         self.text.extend_from_slice(b",\"bucket\":");
-        serde_json::to_writer(&mut self.text, bucket).map_err(encode)?;
+        serde_json::to_writer(&mut self.text, bucket.as_ref()).map_err(encode)?;
         self.text.extend_from_slice(b",\"base\":");
         self.text.extend_from_slice(row.as_bytes());
         self.text.push(b'}');
@@ -1074,12 +1086,16 @@ impl<'p> ServerRows<'p> {
     }
 
     fn full(&self) -> bool {
-        self.text.len() >= SERVER_ROWS_BYTES
+        self.text.len() + self.chunked_bytes >= SERVER_ROWS_BYTES
     }
 
-    /// Queues the puts of the records gathered so far, in the order they came: as chunks, each
-    /// table's apart, when chunking (a key appears once in a run from `null`).
+    /// Queues the puts of the records gathered so far, in the order they came; the chunked ones
+    /// as chunks, each table's apart (a key appears once in a run from `null`).
     fn put(&mut self, txn: &WriteTxn<'_>, rows: &ObjectStore<'_>, chunks: &ObjectStore<'_>) -> Result<(), ClientError> {
+        for (table, chunked) in std::mem::take(&mut self.chunked) {
+            txn.put_chunks(chunks, &table, chunked)?;
+        }
+        self.chunked_bytes = 0;
         if self.rows.is_empty() {
             return Ok(());
         }
@@ -1087,22 +1103,11 @@ impl<'p> ServerRows<'p> {
         let corrupt = || ClientError::new("STORAGE_CORRUPT", "a staged row is not JSON");
         let text = std::str::from_utf8(&self.text).map_err(|_| corrupt())?;
         let records: Array = js_sys::JSON::parse(text).map_err(|_| corrupt())?.unchecked_into();
-        let mut chunked: Vec<(String, Vec<JsValue>)> = Vec::new();
         for (i, (table, pk, row)) in self.rows.drain(..).enumerate() {
             let record = records.get(i as u32);
-            if self.chunking && !txn.store.indexes.borrow().contains_key(table.as_ref()) {
-                match chunked.iter_mut().find(|(t, _)| *t == table) {
-                    Some((_, group)) => group.push(record),
-                    None => chunked.push((table.into_owned(), vec![record])),
-                }
-                continue;
-            }
             txn.store.set_server_row_tokens(&record, &table, row)?;
             drop(rows.put(record).with_key(row_key(&table, &pk)).primitive().map_err(failed)?);
             txn.written_alone(chunks, &RowKey::new(table.into_owned(), pk.into_owned()))?;
-        }
-        for (table, records) in chunked {
-            txn.put_chunks(chunks, &table, &records)?;
         }
         self.text.clear();
         Ok(())
