@@ -7,9 +7,10 @@
 //! stored as chunks: `{id: [table, n], table, keys: [[table, pk], ...], buckets, text}`, `text`
 //! the JSON array of its records, each exactly as the `rows` store would hold it, in key order. As
 //! text, a chunk is cloned into IndexedDB as one string: held as 100 objects, its put's structured
-//! clone was most of a first sync's closing transaction (0.65 s of 100,000 rows' 1.3 – 1.6 s). A key is in one place: a chunk or its own
-//! record. Every later write of a key (a local write, a pull, a verdict) stores it as its own record
-//! and takes it out of its chunk in the same transaction (`Unchunking`); reads look in both.
+//! clone was most of a first sync's closing transaction (0.65 s of 100,000 rows' 1.3 – 1.6 s).
+//! A key is in one place: a chunk or its own record. Every later write of a key (a local write, a
+//! pull, a verdict) stores it as its own record and takes it out of its chunk in the same
+//! transaction (`Unchunking`); reads look in both.
 //!
 //! Only tables that declare no equality index are chunked (their rows carry no tokens here); a
 //! declaration that names a chunked table moves its rows out of their chunks (`Store::settle`).
@@ -18,8 +19,8 @@
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::io::Write;
 use std::collections::{BTreeMap, BinaryHeap};
+use std::io::Write;
 
 use indexed_db_futures::database::Database;
 use indexed_db_futures::object_store::ObjectStore;
@@ -55,14 +56,15 @@ fn set(object: &JsValue, name: &str, value: &JsValue) {
 }
 
 /// A chunk's records, in key order.
-pub(crate) fn records(chunk: &JsValue) -> Array {
-    field(chunk, "text").as_string().and_then(|text| js_sys::JSON::parse(&text).ok()).and_then(|a| a.dyn_into::<Array>().ok()).unwrap_or_default()
+pub(crate) fn records(chunk: &JsValue) -> Result<Array, ClientError> {
+    let parsed = field(chunk, "text").as_string().and_then(|text| js_sys::JSON::parse(&text).ok());
+    parsed.and_then(|a| a.dyn_into::<Array>().ok()).ok_or_else(|| ClientError::new("STORAGE_CORRUPT", "a chunk of rows does not decode"))
 }
 
 /// The record of `pk` in `chunk`, if it holds one.
-pub(crate) fn record_of(chunk: &JsValue, pk: &str) -> Option<JsValue> {
+pub(crate) fn record_of(chunk: &JsValue, pk: &str) -> Result<Option<JsValue>, ClientError> {
     let pk = JsValue::from_str(pk);
-    records(chunk).iter().find(|r| field(r, "pk") == pk)
+    Ok(records(chunk)?.iter().find(|r| field(r, "pk") == pk))
 }
 
 /// A row a chunk takes: its key, its bucket and its row's JSON text as the server sent it.
@@ -160,7 +162,7 @@ impl Unchunking {
         for (chunk, gone) in losing.into_values() {
             let (keys, buckets, kept) = (Array::new(), Array::new(), Array::new());
             let table = field(&chunk, "table");
-            for record in records(&chunk).iter() {
+            for record in records(&chunk)?.iter() {
                 let pk = field(&record, "pk");
                 if gone.contains(&pk) {
                     continue;

@@ -110,7 +110,7 @@ impl<'a> RowReads<'a> {
             if found.contains_key(&key) {
                 continue;
             }
-            if let Some(record) = chunk.and_then(|c| record_of(&c, &key.pk)) {
+            if let Some(record) = chunk.map(|c| record_of(&c, &key.pk)).transpose()?.flatten() {
                 found.insert(key, from_js(record)?);
             }
         }

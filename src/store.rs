@@ -446,7 +446,7 @@ impl Store {
             let found: Vec<JsValue> = chunks.get_all::<JsValue>().with_query(range.clone()).with_limit(per_read).primitive().map_err(failed)?
                 .await.map_err(failed)?.map(|c| c.map_err(failed)).collect::<Result<_, _>>()?;
             for chunk in &found {
-                for record in crate::chunks::records(chunk).iter() {
+                for record in crate::chunks::records(chunk)?.iter() {
                     let row: RowRecord = from_js(record)?;
                     drop(rows.put(self.encode_row(&row)?).with_key(row_key(&row.table, &row.pk)).primitive().map_err(failed)?);
                 }
@@ -495,7 +495,7 @@ impl Store {
         // Only the `bucket` index has a counterpart in the chunks (no chunked table declares `eq`).
         let chunked = (index == "bucket").then(|| read_index(&store(&tx, CHUNKS)?, "bucket", value)).transpose()?;
         let value = JsValue::from_str(value);
-        let in_chunks = |chunk: &JsValue| crate::chunks::records(chunk).filter(&mut |r, _, _| js_sys::Reflect::get(&r, &"bucket".into()).ok().as_ref() == Some(&value));
+        let in_chunks = |chunk: &JsValue| Ok(crate::chunks::records(chunk)?.filter(&mut |r, _, _| js_sys::Reflect::get(&r, &"bucket".into()).ok().as_ref() == Some(&value)));
         merge_chunked(found.await.map_err(failed)?, chunked, in_chunks, each).await
     }
 
@@ -509,7 +509,11 @@ impl Store {
         for ((request, chunk), key) in requests.into_iter().zip(in_chunks).zip(keys) {
             let own = present(request.await.map_err(failed)?);
             let chunk = present(chunk.await.map_err(failed)?);
-            found.extend(own.or_else(|| chunk.and_then(|c| crate::chunks::record_of(&c, &key.pk))));
+            found.extend(match (own, chunk) {
+                (Some(own), _) => Some(own),
+                (None, Some(chunk)) => crate::chunks::record_of(&chunk, &key.pk)?,
+                (None, None) => None,
+            });
         }
         Ok(found)
     }
@@ -1270,13 +1274,13 @@ fn read_index(rows: &ObjectStore<'_>, index: &str, value: &str) -> Result<GetAll
 async fn merge_chunked(
     found: impl Iterator<Item = indexed_db_futures::Result<JsValue>>,
     chunks: Option<GetAllPrimitiveRequest<JsValue>>,
-    of: impl Fn(&JsValue) -> Array,
+    of: impl Fn(&JsValue) -> Result<Array, ClientError>,
     mut each: impl FnMut(&JsValue),
 ) -> Result<(), ClientError> {
     let mut sources: Vec<Array> = Vec::new();
     if let Some(chunks) = chunks {
         for chunk in chunks.await.map_err(failed)? {
-            let records = of(&chunk.map_err(failed)?);
+            let records = of(&chunk.map_err(failed)?)?;
             if records.length() > 0 {
                 sources.push(records);
             }

@@ -66,13 +66,20 @@ async fn first_watched(client: &kizunasync::KizunaClient, filter: Value) -> Valu
     from_js(results.get(0))
 }
 
-#[wasm_bindgen_test]
-async fn a_first_sync_stores_rows_by_the_hundred_and_every_read_finds_each_once_in_key_order() {
+/// A device of a fresh user whose first sync brought `rows_on_the_server`: the user, the keys in
+/// key order, the database's name and the client.
+async fn first_synced() -> (String, Vec<String>, String, kizunasync::KizunaClient) {
     let user = random_id();
     let keys = rows_on_the_server(&user).await;
     let name = format!("chunked-{}", random_id());
     let reader = open(&options(&name, &user)).await;
     ok(reader.pull()).await;
+    (user, keys, name, reader)
+}
+
+#[wasm_bindgen_test]
+async fn a_first_sync_stores_rows_by_the_hundred_and_every_read_finds_each_once_in_key_order() {
+    let (user, keys, name, reader) = first_synced().await;
     assert_eq!(stored(&name).await, (0, 3), "250 rows in three chunks, none as a record of its own");
 
     assert_eq!(ids(&ok(reader.list("todos".into())).await), keys);
@@ -93,11 +100,7 @@ async fn a_first_sync_stores_rows_by_the_hundred_and_every_read_finds_each_once_
 
 #[wasm_bindgen_test]
 async fn a_chunked_row_written_here_or_changed_by_a_pull_is_one_row_the_latest() {
-    let user = random_id();
-    let keys = rows_on_the_server(&user).await;
-    let name = format!("chunked-w-{}", random_id());
-    let reader = open(&options(&name, &user)).await;
-    ok(reader.pull()).await;
+    let (user, keys, name, reader) = first_synced().await;
     let (put, patched, deleted) = (&keys[0], &keys[101], &keys[249]);
 
     // Written here: a put replaces, a patch merges over the row its chunk held, a delete removes.
