@@ -858,13 +858,16 @@ impl<'a> WriteTxn<'a> {
         let staged: PageText<'_> = serde_json::from_str(text).map_err(corrupt)?;
         let rows = store(&self.tx, ROWS)?;
         let chunks = store(&self.tx, CHUNKS)?;
-        // A run from `null` cleared every row and chunk first: its rows go into chunks.
-        let mut server_rows = ServerRows { chunking: plan.rehydrate(), ..ServerRows::default() };
+        // A run from `null` cleared every row and chunk first: its rows go into chunks, those of
+        // its first page's snapshot (a key written while the run went on comes again, later, and
+        // is stored as its own record, taking its earlier copy out of its chunk).
+        let chunk_up_to = if plan.rehydrate() { plan.first_horizon() } else { None };
+        let mut server_rows = ServerRows { chunk_up_to, ..ServerRows::default() };
         for StagedEntry { seq, table, pk, bucket, row, deleted } in staged.entries {
             match (plan.place(seq, &table, &pk, deleted), row) {
                 (Placement::Skip, _) => {}
                 (Placement::ServerRow, Some(row)) => {
-                    server_rows.push(self, table, pk, bucket, row.get())?;
+                    server_rows.push(self, seq, table, pk, bucket, row.get())?;
                     if server_rows.full() {
                         server_rows.put(self, &rows, &chunks)?;
                     }
@@ -1054,8 +1057,9 @@ fn stage(txn: &WriteTxn<'_>, page_no: u32, text: &str) -> Result<(), ClientError
 struct ServerRows<'p> {
     text: Vec<u8>,
     rows: Vec<(Cow<'p, str>, Cow<'p, str>, &'p str)>,
-    /// The rows of tables that declare no index go into chunks (`chunks.rs`): a run from `null`.
-    chunking: bool,
+    /// The rows of tables that declare no index go into chunks (`chunks.rs`), when at or below this
+    /// horizon: a run from `null`'s first snapshot (`CommitPlan::first_horizon`).
+    chunk_up_to: Option<i64>,
     /// Those rows, by table, and their bytes.
     chunked: Vec<(Cow<'p, str>, Vec<crate::chunks::ChunkRow<'p>>)>,
     chunked_bytes: usize,
@@ -1065,8 +1069,8 @@ struct ServerRows<'p> {
 const SERVER_ROWS_BYTES: usize = 256 << 10;
 
 impl<'p> ServerRows<'p> {
-    fn push(&mut self, txn: &WriteTxn<'_>, table: Cow<'p, str>, pk: Cow<'p, str>, bucket: Cow<'p, str>, row: &'p str) -> Result<(), ClientError> {
-        if self.chunking && !txn.store.indexes.borrow().contains_key(table.as_ref()) {
+    fn push(&mut self, txn: &WriteTxn<'_>, seq: i64, table: Cow<'p, str>, pk: Cow<'p, str>, bucket: Cow<'p, str>, row: &'p str) -> Result<(), ClientError> {
+        if self.chunk_up_to.is_some_and(|h| seq <= h) && !txn.store.indexes.borrow().contains_key(table.as_ref()) {
             self.chunked_bytes += row.len() + pk.len() + bucket.len();
             let chunk_row = crate::chunks::ChunkRow { pk, bucket, row };
             match self.chunked.iter_mut().find(|(t, _)| *t == table) {
@@ -1094,7 +1098,8 @@ impl<'p> ServerRows<'p> {
     }
 
     /// Queues the puts of the records gathered so far, in the order they came; the chunked ones
-    /// as chunks, each table's apart (a key appears once in a run from `null`).
+    /// as chunks, each table's apart (each key once: see `chunk_up_to`). The chunks go first, so
+    /// that a later copy of a key among the others finds its chunk to take it out of.
     fn put(&mut self, txn: &WriteTxn<'_>, rows: &ObjectStore<'_>, chunks: &ObjectStore<'_>) -> Result<(), ClientError> {
         for (table, chunked) in std::mem::take(&mut self.chunked) {
             txn.put_chunks(chunks, &table, chunked)?;

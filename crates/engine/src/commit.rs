@@ -120,6 +120,13 @@ impl CommitPlan {
         self.run.from_null
     }
 
+    /// The horizon of the run's first page: a run's entries at or below it are the state of that
+    /// snapshot, each key's once (a key written while the run went on comes again above it, on a
+    /// later page, where the later entry wins).
+    pub fn first_horizon(&self) -> Option<i64> {
+        self.run.first_horizon
+    }
+
     /// The lifecycle signal behind a rehydrate, if any.
     pub fn lifecycle(&self) -> Option<Lifecycle> {
         self.run.rehydrate

@@ -121,6 +121,9 @@ pub(crate) struct PullRun {
     /// What the run's first page said it holds (the server's count; see `PullPage::total`).
     pub total: Option<u64>,
     pub horizon: Option<i64>,
+    /// The horizon of the run's first page: its entries up to it are the state at that snapshot,
+    /// each key's once; a key written while the run goes on comes again above it.
+    pub first_horizon: Option<i64>,
     pub conflicts: Vec<Conflict>,
     /// The closing page arrived; the plan is with the adapter.
     pub committing: bool,
@@ -166,6 +169,7 @@ impl Engine {
             entries: 0,
             total: None,
             horizon: None,
+            first_horizon: None,
             conflicts: Vec::new(),
             committing: false,
         });
@@ -216,6 +220,7 @@ impl Engine {
                 entries: 0,
                 total: None,
                 horizon: None,
+                first_horizon: None,
                 conflicts: Vec::new(),
                 committing: false,
             };
@@ -242,6 +247,7 @@ impl Engine {
         run.entries += head.entries as u64;
         if page_no == 0 {
             run.total = head.total;
+            run.first_horizon = Some(head.horizon);
         }
         run.horizon = Some(head.horizon);
         run.conflicts.extend(head.conflicts.into_iter().flatten());
