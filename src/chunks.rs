@@ -61,10 +61,27 @@ pub(crate) fn records(chunk: &JsValue) -> Result<Array, ClientError> {
     parsed.and_then(|a| a.dyn_into::<Array>().ok()).ok_or_else(|| ClientError::new("STORAGE_CORRUPT", "a chunk of rows does not decode"))
 }
 
-/// The record of `pk` in `chunk`, if it holds one.
-pub(crate) fn record_of(chunk: &JsValue, pk: &str) -> Result<Option<JsValue>, ClientError> {
-    let pk = JsValue::from_str(pk);
-    Ok(records(chunk)?.iter().find(|r| field(r, "pk") == pk))
+/// The chunks one read found, each parsed once: the keys of a step or a live query's refresh
+/// often share a chunk, and each lookup answers with the whole chunk.
+#[derive(Default)]
+pub(crate) struct ParsedChunks(BTreeMap<String, Array>);
+
+impl ParsedChunks {
+    /// The record of `pk` in `chunk`, if it holds one.
+    pub fn record_of(&mut self, chunk: &JsValue, pk: &str) -> Result<Option<JsValue>, ClientError> {
+        let records = match self.0.entry(chunk_name(chunk)) {
+            std::collections::btree_map::Entry::Occupied(found) => found.into_mut(),
+            std::collections::btree_map::Entry::Vacant(slot) => slot.insert(records(chunk)?),
+        };
+        let pk = JsValue::from_str(pk);
+        Ok(records.iter().find(|r| field(r, "pk") == pk))
+    }
+}
+
+/// A chunk's id, `[table, n]`, as one string.
+fn chunk_name(chunk: &JsValue) -> String {
+    let id = Array::from(&field(chunk, "id"));
+    format!("{}\u{1F}{}", id.get(0).as_string().unwrap_or_default(), id.get(1).as_string().unwrap_or_default())
 }
 
 /// A row a chunk takes: its key, its bucket and its row's JSON text as the server sent it.
@@ -155,9 +172,7 @@ impl Unchunking {
         let mut losing: BTreeMap<String, (JsValue, Vec<JsValue>)> = BTreeMap::new();
         for (pk, request) in self.lookups {
             let Some(chunk) = present(request.await.map_err(failed)?) else { continue };
-            let id = Array::from(&field(&chunk, "id"));
-            let name = format!("{}\u{1F}{}", id.get(0).as_string().unwrap_or_default(), id.get(1).as_string().unwrap_or_default());
-            losing.entry(name).or_insert_with(|| (chunk, Vec::new())).1.push(JsValue::from_str(&pk));
+            losing.entry(chunk_name(&chunk)).or_insert_with(|| (chunk, Vec::new())).1.push(JsValue::from_str(&pk));
         }
         for (chunk, gone) in losing.into_values() {
             let (keys, buckets, kept) = (Array::new(), Array::new(), Array::new());

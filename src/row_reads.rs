@@ -19,7 +19,7 @@ use kizuna_engine::{RowKey, RowRecord};
 use wasm_bindgen::prelude::*;
 
 use crate::error::ClientError;
-use crate::chunks::{record_of, request_chunk};
+use crate::chunks::{request_chunk, ParsedChunks};
 use crate::store::{failed, from_js, present, request_rows, row_key, RowRequest};
 
 /// The fewest keys of one table a step writes for them to be asked for as a range first.
@@ -105,12 +105,13 @@ impl<'a> RowReads<'a> {
         for key in self.keys.iter().filter(|k| !asked.contains(*k) && chunked.is_some_and(|tables| tables.contains(&k.table))) {
             self.in_chunks.push((key.clone(), request_chunk(&self.chunks, key)?));
         }
+        let mut parsed = ParsedChunks::default();
         for (key, request) in self.in_chunks {
             let chunk = present(request.await.map_err(failed)?);
             if found.contains_key(&key) {
                 continue;
             }
-            if let Some(record) = chunk.map(|c| record_of(&c, &key.pk)).transpose()?.flatten() {
+            if let Some(record) = chunk.map(|c| parsed.record_of(&c, &key.pk)).transpose()?.flatten() {
                 found.insert(key, from_js(record)?);
             }
         }

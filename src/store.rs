@@ -505,13 +505,13 @@ impl Store {
         let (rows, chunks) = (store(&tx, ROWS)?, store(&tx, CHUNKS)?);
         let requests = request_rows(&rows, keys)?;
         let in_chunks = keys.iter().map(|key| crate::chunks::request_chunk(&chunks, key)).collect::<Result<Vec<_>, _>>()?;
-        let mut found = Vec::new();
+        let (mut found, mut parsed) = (Vec::new(), crate::chunks::ParsedChunks::default());
         for ((request, chunk), key) in requests.into_iter().zip(in_chunks).zip(keys) {
             let own = present(request.await.map_err(failed)?);
             let chunk = present(chunk.await.map_err(failed)?);
             found.extend(match (own, chunk) {
                 (Some(own), _) => Some(own),
-                (None, Some(chunk)) => crate::chunks::record_of(&chunk, &key.pk)?,
+                (None, Some(chunk)) => parsed.record_of(&chunk, &key.pk)?,
                 (None, None) => None,
             });
         }
