@@ -13,6 +13,15 @@ fn bucket() -> String {
     format!("user:{ALICE}")
 }
 
+/// Pushes `m` as `alice` and asserts it is applied inside a 5 s statement timeout: it did not wait
+/// for another transaction (`why` says which).
+async fn applied_within_five_seconds(db: &TestDb, alice: &Caller, m: Value, why: &str) {
+    db.exec("set statement_timeout = '5s'").await;
+    let pushed = db.push(alice, push_request(DEVICE, vec![m])).await;
+    db.exec("reset statement_timeout").await;
+    assert_eq!(statuses(&pushed.expect(why)), ["APPLIED"]);
+}
+
 async fn six_rows(db: &TestDb, alice: &Caller) {
     let first: Vec<Value> = ["b", "a", "c"].iter().enumerate()
         .map(|(i, k)| mutation(i as i64 + 1, "todos", k, "upsert", json!({"title": k}))).collect();
@@ -404,10 +413,7 @@ async fn a_migration_holds_no_other_commit_until_its_own_transaction_commits() {
 
     // Meanwhile a device's push to another synced table commits: it does not wait for the
     // migration (with the fence lock taken at the ALTER, it waited until the migration ended).
-    db.exec("set statement_timeout = '5s'").await;
-    let note = db.push(&alice, push_request(DEVICE, vec![mutation(7, "notes", "n1", "upsert", json!({"body": "hi"}))])).await;
-    db.exec("reset statement_timeout").await;
-    assert_eq!(statuses(&note.expect("the push commits while the migration is open")), ["APPLIED"]);
+    applied_within_five_seconds(&db, &alice, mutation(7, "notes", "n1", "upsert", json!({"body": "hi"})), "the push commits while the migration is open").await;
 
     migration.batch_execute("commit").await.unwrap();
     let after = pull_run(db.client(), &alice, DEVICE, Some(&run.checkpoint), &[&b], 10).await.unwrap();
@@ -442,10 +448,7 @@ async fn registering_a_table_holds_no_other_commit_until_its_own_transaction_com
          select kizuna.register_table('public.cards', bucket => $$'user:' || owner$$);
          update public.cards set body = 'y' where id = 'c3';"
     )).await.unwrap();
-    db.exec("set statement_timeout = '5s'").await;
-    let pushed = db.push(&alice, push_request(DEVICE, vec![mutation(7, "todos", "g", "upsert", json!({"title": "g"}))])).await;
-    db.exec("reset statement_timeout").await;
-    assert_eq!(statuses(&pushed.expect("the push commits while the registration is open")), ["APPLIED"]);
+    applied_within_five_seconds(&db, &alice, mutation(7, "todos", "g", "upsert", json!({"title": "g"})), "the push commits while the registration is open").await;
     migration.batch_execute("commit").await.unwrap();
 
     let after = pull_run(db.client(), &alice, DEVICE, Some(&run.checkpoint), &[&b], 10).await.unwrap();
@@ -462,10 +465,7 @@ async fn registering_a_table_holds_no_other_commit_until_its_own_transaction_com
         "begin;
          select kizuna.register_table('public.cards', bucket => $$case when id = 'c1' then 'elsewhere' else 'user:' || owner end$$);"
     ).await.unwrap();
-    db.exec("set statement_timeout = '5s'").await;
-    let pushed = db.push(&alice, push_request(DEVICE, vec![mutation(8, "todos", "h", "upsert", json!({"title": "h"}))])).await;
-    db.exec("reset statement_timeout").await;
-    assert_eq!(statuses(&pushed.expect("the push commits while the registration is open")), ["APPLIED"]);
+    applied_within_five_seconds(&db, &alice, mutation(8, "todos", "h", "upsert", json!({"title": "h"})), "the push commits while the registration is open").await;
     migration.batch_execute("commit").await.unwrap();
 
     let again = pull_run(db.client(), &alice, DEVICE, Some(&after.checkpoint), &[&b], 10).await.unwrap();
