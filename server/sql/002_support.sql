@@ -77,11 +77,52 @@ create or replace function kizuna.is_server_fault(state text) returns boolean la
       or state in ('XX001', 'XX002')
 $$;
 
+-- A key value as text, whatever the settings of the session that reads it. A timestamptz is
+-- written as text by TimeZone and DateStyle, a date or time by DateStyle, an interval by
+-- IntervalStyle, a float by extra_float_digits, bytea by bytea_output, money by lc_monetary: a row
+-- written by a session with other settings (an admin's psql in Asia/Tokyo) was entered in the
+-- change log under a second spelling of its key, and every device held it twice. Under the
+-- settings here, each spelling is one any session reads back as the same value (ISO dates, an
+-- explicit UTC offset, floats that round-trip). PL/pgSQL: a SQL function with SET clauses is
+-- planned again at each call from another SQL function (the capture trigger's reading of a row),
+-- 12 µs a call where this costs 4 (100,000 calls). kizuna.spell_key_sql calls it only for the
+-- types whose text follows a setting.
+create or replace function kizuna.key_spelling(key anyelement) returns text language plpgsql stable
+  set datestyle = 'ISO, MDY' set timezone = 'UTC' set intervalstyle = 'postgres' set extra_float_digits = 1
+  set bytea_output = 'hex' set lc_monetary = 'C'
+as $$
+begin
+  return key::text;
+end
+$$;
+
+-- True unless the text of a value of type `key_type` (as format_type names it) is the same under
+-- any setting of the session: text and character types, uuid, integers, numeric, boolean, network
+-- and bit types, enums, citext. A type it cannot name follows them, to be safe.
+create or replace function kizuna.key_follows_settings(key_type text) returns boolean language sql stable as $$
+  select coalesce((
+    select not (b.typtype = 'e' or b.typname = 'citext'
+                or b.typnamespace = 'pg_catalog'::regnamespace
+                   and b.typname in ('text', 'varchar', 'bpchar', 'name', 'char', 'uuid', 'int2', 'int4', 'int8', 'oid',
+                                     'numeric', 'bool', 'inet', 'cidr', 'macaddr', 'macaddr8', 'bit', 'varbit'))
+      from pg_type y join pg_type b on b.oid = coalesce(nullif(y.typbasetype, 0), y.oid)
+     where y.oid = to_regtype(key_type)), true)
+$$;
+
+-- SQL text of `expr` (SQL text of a value of type `key_type`) as its key's one spelling: through
+-- kizuna.key_spelling where the type's text follows a setting, a plain cast elsewhere. Every path
+-- that spells a key as text, from a client or from a row, spells it so.
+create or replace function kizuna.spell_key_sql(key_type text, expr text) returns text language sql stable as $$
+  select case when kizuna.key_follows_settings(key_type) then format('kizuna.key_spelling(%s)', expr)
+              else format('(%s)::text', expr) end
+$$;
+
 -- A key in its one spelling: `raw` cast to the key column's type and back to text (an upper-case
--- uuid in lower case, `007` as `7`), or null when it is no value of that type, whatever the type
--- raises for it (a data exception, a domain's CHECK). The change log, column versions and key locks
--- compare keys as text, so every path that takes a key from a client spells it here. A fault of
--- the server still fails the request.
+-- uuid in lower case, `007` as `7`, a timestamptz in UTC), or null when it is no value of that
+-- type, whatever the type raises for it (a data exception, a domain's CHECK). Read by the session's
+-- settings as the row it names is written, spelled by none (kizuna.key_spelling). The change log,
+-- column versions and key locks compare keys as text, so every path that takes a key from a client
+-- spells it here. A fault of the server still fails the request.
 create or replace function kizuna.key_text(key_type text, raw text) returns text
 language plpgsql stable as $$
 declare
@@ -91,7 +132,7 @@ begin
     return raw;  -- before the block below: entering it costs a subtransaction
   end if;
   begin
-    execute format('select cast($1 as %s)::text', key_type) into key using raw;
+    execute 'select ' || kizuna.spell_key_sql(key_type, format('cast($1 as %s)', key_type)) into key using raw;
   exception when others then
     if kizuna.is_server_fault(sqlstate) then
       raise;
@@ -289,7 +330,8 @@ begin
     return key;
   end if;
   begin
-    execute format('select t.%1$I::text from %2$s t where t.%1$I = cast($1 as %3$s) limit 1', col, rel, key_type)
+    execute format('select %4$s from %2$s t where t.%1$I = cast($1 as %3$s) limit 1', col, rel, key_type,
+                   kizuna.spell_key_sql(key_type, format('t.%I', col)))
       into found using key;
   exception when others then
     if kizuna.is_server_fault(sqlstate) then

@@ -7,7 +7,7 @@
 -- Admin only: EXECUTE is revoked from the API roles (see 007_admin.sql).
 
 -- Bump when the capture template changes: installs recompile every registered table once.
-create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 11';
+create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 12';
 
 -- Drops the indexes of table `rel`'s deleted keys (kizuna.deleted_index names them), but `keep`.
 -- Called by compile_table and unregister_table (admin only, as they are).
@@ -54,12 +54,14 @@ begin
   -- afresh at each statement. The key as a column of `kz_cols`: as `(kz_row).<key>`, a column
   -- named `kz_row` was read in the row's place. One call for both: a second one cost about 3 µs
   -- more per row written (50,000-row INSERTs, the trigger's reading alone: 3 µs a row in one call,
-  -- 4 µs for the bucket call and `new.<key>` before, 7 µs in two calls).
+  -- 4 µs for the bucket call and `new.<key>` before, 7 µs in two calls). The key spelled by no
+  -- session's settings (kizuna.spell_key_sql), as a push spells it.
   execute format($f$
     create or replace function kizuna.%I(kz_row %s) returns text[]
     language sql stable set search_path = pg_catalog, public as %L
   $f$, 'place_' || oid_, t.rel,
-       format('select array[(%s)::text, kz_cols.%I::text] from (select (kz_row).*) as kz_cols', t.bucket_expr, t.pk_column));
+       format('select array[(%s)::text, %s] from (select (kz_row).*) as kz_cols', t.bucket_expr,
+              kizuna.spell_key_sql(kizuna.column_type(t.rel, t.pk_column), format('kz_cols.%I', t.pk_column))));
 
   -- Which columns a write assigned (versioned tables keep per-column versions): what a push
   -- names (kizuna.insert_cols / kizuna.update_cols, set by push, '' outside it); for plain SQL,
@@ -207,6 +209,63 @@ language sql set search_path = pg_catalog as $$
   insert into kizuna.tx_marker (xid) values (pg_current_xact_id()) on conflict do nothing;
 $$;
 
+-- Enters every row of synced table `wire_name` in the change log at one sequence number (a
+-- registration's backfill): every current row gets its live entry under its key's one spelling;
+-- entries whose row is gone, whose bucket changed (a new bucket expression) or whose key was
+-- spelled otherwise (a pack before kizuna.key_spelling, under a session's settings) become
+-- tombstones.
+create or replace function kizuna.enter_rows(wire_name text) returns void
+language plpgsql security definer set search_path = pg_catalog, public as $$
+declare
+  tbl regclass;
+  key_col name;
+  key_sql text;
+  respelled boolean;
+  s bigint;
+begin
+  select t.rel, t.pk_column into strict tbl, key_col from kizuna.synced_tables t where t.name = wire_name;
+  key_sql := kizuna.spell_key_sql(kizuna.column_type(tbl, key_col), format('r.%I', key_col));
+  respelled := kizuna.key_follows_settings(kizuna.column_type(tbl, key_col));
+  -- The number is the transaction's commit number, which the fence gives the entries written here
+  -- as the transaction commits (kizuna.announcing): drawn here, the fence lock was held from this
+  -- call to the end of the transaction, and every other synced commit of the database waited
+  -- through the rest of a migration that registers a table. Until then they carry
+  -- kizuna.unnumbered(), which no other transaction sees.
+  s := kizuna.unnumbered();
+  perform kizuna.number_at_commit(wire_name, false);
+  execute format($q$
+    insert into kizuna.changes as c (tbl, pk, bucket, seq, deleted, entered_seq)
+    select $1, %4$s, b.b, $2, false, $2
+      from %2$s r cross join lateral (select kizuna.%3$I(r) as b) b
+     where b.b is not null
+    on conflict (tbl, pk, bucket) do update
+      set seq = excluded.seq, deleted = false, image = null, entered_seq = excluded.seq, changed_at = now()
+      where c.deleted
+  $q$, key_col, tbl, 'bucket_' || tbl::oid::text, key_sql) using wire_name, s;
+  -- One join, not a lookup per entry: a table filled in the same transaction has no statistics
+  -- yet, and the planner's lookups became a scan of the table per entry (30,000 rows took 30 s).
+  -- An entry under another spelling of a row's key (a key whose text follows a setting) names
+  -- that row: its tombstone keeps the row's image, through which a caller's SELECT policy lets
+  -- the device that holds the old spelling see it go.
+  execute format($q$
+    update kizuna.changes c
+       set deleted = true, seq = $2, changed_at = now(), image = gone.image
+      from (select e.pk, e.bucket, %5$s as image
+              from kizuna.changes e
+              left join (select %4$s as pk, kizuna.%3$I(r) as bucket, to_jsonb(r) as image from %2$s r) now_
+                on now_.pk = e.pk
+              %6$s
+             where e.tbl = $1 and not e.deleted and now_.bucket is distinct from e.bucket) gone
+     where c.tbl = $1 and c.pk = gone.pk and c.bucket = gone.bucket
+  $q$, key_col, tbl, 'bucket_' || tbl::oid::text, key_sql,
+       case when respelled then 'coalesce(now_.image, same.image)' else 'now_.image' end,
+       case when respelled
+            then format('left join lateral (select to_jsonb(r) as image from %s r where now_.pk is null and r.%I = %s limit 1) same on true',
+                        tbl, key_col, kizuna.typed_key(tbl, key_col, 'e.pk'))
+            else '' end) using wire_name, s;
+end
+$$;
+
 -- Registers (or re-registers) a synced table.
 --   tbl            the table
 --   bucket         SQL expression over the row's columns giving its bucket (text), e.g. $$'user:' || owner$$;
@@ -234,7 +293,6 @@ language plpgsql security definer set search_path = pg_catalog, public set kizun
 declare
   wire_name text := coalesce(name, (select relname from pg_class where oid = tbl));
   key_col name := pk_column;
-  s bigint;
   dropped regclass;
   before kizuna.synced_tables;
 begin
@@ -283,36 +341,7 @@ begin
     return;
   end if;
 
-  -- Backfill at one sequence number: every current row gets its live entry; entries whose row is
-  -- gone or whose bucket changed (a new bucket expression) become tombstones. The number is the
-  -- transaction's commit number, which the fence gives the entries written here as the transaction
-  -- commits (kizuna.announcing): drawn here, the fence lock was held from this call to the end of
-  -- the transaction, and every other synced commit of the database waited through the rest of a
-  -- migration that registers a table. Until then they carry kizuna.unnumbered(), which no other
-  -- transaction sees.
-  s := kizuna.unnumbered();
-  perform kizuna.number_at_commit(wire_name, false);
-  execute format($q$
-    insert into kizuna.changes as c (tbl, pk, bucket, seq, deleted, entered_seq)
-    select $1, r.%1$I::text, b.b, $2, false, $2
-      from %2$s r cross join lateral (select kizuna.%3$I(r) as b) b
-     where b.b is not null
-    on conflict (tbl, pk, bucket) do update
-      set seq = excluded.seq, deleted = false, image = null, entered_seq = excluded.seq, changed_at = now()
-      where c.deleted
-  $q$, key_col, tbl, 'bucket_' || tbl::oid::text) using wire_name, s;
-  -- One join, not a lookup per entry: a table filled in the same transaction has no statistics
-  -- yet, and the planner's lookups became a scan of the table per entry (30,000 rows took 30 s).
-  execute format($q$
-    update kizuna.changes c
-       set deleted = true, seq = $2, changed_at = now(), image = gone.image
-      from (select e.pk, e.bucket, now_.image
-              from kizuna.changes e
-              left join (select r.%1$I::text as pk, kizuna.%3$I(r) as bucket, to_jsonb(r) as image from %2$s r) now_
-                on now_.pk = e.pk
-             where e.tbl = $1 and not e.deleted and now_.bucket is distinct from e.bucket) gone
-     where c.tbl = $1 and c.pk = gone.pk and c.bucket = gone.bucket
-  $q$, key_col, tbl, 'bucket_' || tbl::oid::text) using wire_name, s;
+  perform kizuna.enter_rows(wire_name);
 end
 $$;
 
@@ -414,9 +443,17 @@ $$;
 do $$
 declare
   n text;
+  v integer;
 begin
-  for n in select name from kizuna.synced_tables where compiled_version < kizuna.compile_version() loop
+  for n, v in select name, compiled_version from kizuna.synced_tables where compiled_version < kizuna.compile_version() loop
     perform kizuna.compile_table(n);
+    -- Compiled before keys were spelled by no session's settings (version 12): a key whose text
+    -- follows them may be in the change log under another spelling, which devices hold as a
+    -- second row. Entered again: the row under its one spelling, the other a tombstone.
+    if v < 12 and exists (select 1 from kizuna.synced_tables t where t.name = n
+                           and kizuna.key_follows_settings(kizuna.column_type(t.rel, t.pk_column))) then
+      perform kizuna.enter_rows(n);
+    end if;
   end loop;
   -- Tables compiled before the key's attribute number was kept (kizuna.follow_migration).
   update kizuna.synced_tables t set pk_attnum = a.attnum

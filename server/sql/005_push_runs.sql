@@ -241,7 +241,8 @@ begin
     keys := raw;
     if key_type <> 'text' then
       begin
-        execute format('select array_agg(cast(k as %s)::text order by o) from unnest($1) with ordinality u(k, o)', key_type)
+        execute format('select array_agg(%s order by o) from unnest($1) with ordinality u(k, o)',
+                       kizuna.spell_key_sql(key_type, format('cast(k as %s)', key_type)))
           into keys using raw;
       exception when others then
         if kizuna.is_server_fault(sqlstate) then
@@ -373,8 +374,8 @@ begin
   begin
     -- As the per-mutation path leaves it for an arrival-mode table (the capture trigger reads it).
     perform set_config('kizuna.hlc', '', true);
-    execute format('with w as (%s) select jsonb_object_agg(w.%I::text, %s), count(*), count(*) filter (where %s) from w',
-                   written, t.pk_column,
+    execute format('with w as (%s) select jsonb_object_agg(%s, %s), count(*), count(*) filter (where %s) from w',
+                   written, kizuna.spell_key_sql(kizuna.column_type(t.rel, t.pk_column), format('w.%I', t.pk_column)),
                    case when op = 'delete' then 'null::text' else '(' || t.bucket_expr || ')::text' end,
                    coalesce((select format('%I.%I($3, to_jsonb(w)) is not true', ns.nspname, p.proname)
                                from pg_proc p join pg_namespace ns on ns.oid = p.pronamespace where p.oid = t.gate), 'false'))

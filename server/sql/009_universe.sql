@@ -105,7 +105,7 @@ create unlogged table if not exists kizuna.universe_marker (xid xid8 primary key
 -- Registry and compiled capture.
 
 -- Bump when the compiled template changes: installs recompile every registered table once.
-create or replace function kizuna.universe_compile_version() returns integer language sql immutable as 'select 8';
+create or replace function kizuna.universe_compile_version() returns integer language sql immutable as 'select 9';
 
 create or replace function kizuna.universe_compile(table_rel regclass) returns void
 language plpgsql security definer set search_path = pg_catalog, public as $$
@@ -136,10 +136,13 @@ begin
     format('select (%s)::timestamptz from (select (kz_row).*) as kz_cols', coalesce(t.apply_after, 'null')));
 
   -- The key of a row as text: read as `new.<key>`, its type stayed in the trigger's cached plans
-  -- past a migration that changed it (kizuna.compile_table's place function says more).
+  -- past a migration that changed it (kizuna.compile_table's place function says more). Spelled by
+  -- no session's settings (kizuna.spell_key_sql): a date key written by a session in DateStyle
+  -- 'SQL, DMY' reached the target as 07/12/2026, which it read as July 12.
   execute format('create or replace function kizuna.%I(kz_row %s) returns text language sql stable
                   set search_path = pg_catalog, public as %L',
-    key_fn, table_rel, format('select (kz_row).%I::text', t.pk_column));
+    key_fn, table_rel,
+    format('select %s', kizuna.spell_key_sql(kizuna.column_type(table_rel, t.pk_column), format('(kz_row).%I', t.pk_column))));
 
   -- The apply_after of a row, or a constant null when the table has no expression (no call per row).
   after_old := case when t.apply_after is null then 'null' else format('kizuna.%I(old)', after_fn) end;
@@ -244,10 +247,10 @@ begin
   if backfill then
     execute format($q$
       insert into kizuna.universe_pending (xid, source_table, target_table, pk, op, columns, apply_after, latest_only, max_attempts)
-      select pg_current_xact_id(), $1, $2, r.%1$I::text, 'upsert', i.image, kizuna.%4$I(r), $3, $4
+      select pg_current_xact_id(), $1, $2, kizuna.%5$I(r), 'upsert', i.image, kizuna.%4$I(r), $3, $4
         from %2$s r cross join lateral (select kizuna.%3$I(r) as image) i
        where i.image is not null order by r.%1$I
-    $q$, key_col, tbl, 'universe_image_' || tbl::oid, 'universe_after_' || tbl::oid)
+    $q$, key_col, tbl, 'universe_image_' || tbl::oid, 'universe_after_' || tbl::oid, 'universe_key_' || tbl::oid)
     using tbl, wire, latest_only, max_attempts;
     insert into kizuna.universe_marker (xid) values (pg_current_xact_id()) on conflict do nothing;
   end if;

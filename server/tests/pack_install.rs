@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::{stream, StreamExt};
 use serde_json::{json, Value};
-use support::db::{mutation, push_request, statuses, Caller, TestDb};
+use support::db::{mutation, pull_run, push_request, statuses, Caller, TestDb};
 use tokio_postgres::{AsyncMessage, NoTls};
 
 const ALICE: &str = "a11ce000-0000-4000-8000-000000000001";
@@ -114,4 +114,47 @@ async fn registering_a_table_again_enters_its_rows_again_only_when_its_key_or_bu
     db.exec("select kizuna.register_table('public.items', bucket => $$'all'$$)").await;
     assert_eq!(db.one::<i64>("select count(*) from kizuna.changes where tbl = 'items' and bucket = 'all' and not deleted").await, 20);
     assert_eq!(db.one::<i64>("select count(*) from kizuna.changes where tbl = 'items' and bucket <> 'all' and deleted").await, 20);
+}
+
+/// Upgrading from a pack that spelled keys by the writing session's settings: a timestamptz key
+/// entered as a Tokyo session spelled it is entered again in its one spelling, and the old
+/// spelling becomes a tombstone, so a device that held the row under it drops it at its next pull
+/// and holds the row once. Tables whose keys follow no setting are not scanned.
+#[tokio::test]
+async fn an_upgrade_respells_keys_an_older_pack_spelled_by_a_sessions_settings() {
+    let db = TestDb::new().await;
+    db.owned_table("stamps", "at timestamptz primary key, label text", "").await;
+    db.owned_table("notes", "id text primary key, label text", "").await;
+    db.exec(&format!(
+        "insert into public.stamps values ('2026-12-07 01:00+00', 'a', '{ALICE}');
+         insert into public.notes values ('n1', 'a', '{ALICE}');"
+    ))
+    .await;
+    // As a pack before version 12 left the log after a write from a session in Tokyo (in a
+    // transaction of its own: the fence enters a transaction's changes as it commits).
+    db.exec("update kizuna.changes set pk = '2026-12-07 10:00:00+09' where tbl = 'stamps';
+             update kizuna.synced_tables set compiled_version = 11;")
+        .await;
+    let alice = Caller::user(ALICE);
+    let buckets = [format!("user:{ALICE}")];
+    let buckets: Vec<&str> = buckets.iter().map(String::as_str).collect();
+    let before = pull_run(db.client(), &alice, DEVICE, None, &buckets, 100).await.unwrap();
+    let notes_log = "select jsonb_agg(to_jsonb(c) order by seq) from kizuna.changes c where tbl = 'notes'";
+    let notes_before: Value = db.one(notes_log).await;
+
+    db.reinstall().await;
+    let after = pull_run(db.client(), &alice, DEVICE, Some(&before.checkpoint), &buckets, 100).await.unwrap();
+    let mut seen: Vec<(String, bool)> =
+        after.entries.iter().map(|e| (e["pk"].as_str().unwrap().to_string(), e["deleted"] == json!(true))).collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [("2026-12-07 01:00:00+00".to_string(), false), ("2026-12-07 10:00:00+09".to_string(), true)],
+        "{:?}",
+        after.entries
+    );
+    assert_eq!(db.one::<Value>(notes_log).await, notes_before, "a text key is left as it was");
+    db.reinstall().await;
+    let again = pull_run(db.client(), &alice, DEVICE, Some(&after.checkpoint), &buckets, 100).await.unwrap();
+    assert!(again.entries.is_empty(), "entered once: {:?}", again.entries);
 }

@@ -659,3 +659,62 @@ async fn a_key_or_bucket_too_long_for_the_change_log_refuses_that_write_alone() 
     ))
     .await;
 }
+
+/// A key whose text follows a session's settings (a timestamptz: TimeZone; a date: DateStyle; an
+/// interval: IntervalStyle; a float: extra_float_digits) has one spelling in the change log,
+/// whichever session writes its row: plain SQL in an admin's psql set to Tokyo, a push through a
+/// session set otherwise, the set-based run path. A row written under other settings was entered
+/// under a second spelling of its key, and every device held it twice.
+#[tokio::test]
+async fn a_key_whose_text_follows_session_settings_has_one_spelling_whoever_writes_it() {
+    let db = TestDb::new().await;
+    // (table, key type, the key as written, the writer's settings, the key's one spelling)
+    let cases = [
+        ("stamps", "timestamptz", "2026-12-07 10:00+09", "set timezone = 'Asia/Tokyo'", "2026-12-07 01:00:00+00"),
+        ("days", "date", "2026-12-07", "set datestyle = 'SQL, DMY'", "2026-12-07"),
+        ("spans", "interval", "1 day 2 hours", "set intervalstyle = 'iso_8601'", "1 day 02:00:00"),
+        ("ratios", "float8", "0.3333333333333333", "set extra_float_digits = 0", "0.3333333333333333"),
+    ];
+    let other_settings = db.connect().await;
+    for (table, key_type, key, settings, spelled) in cases {
+        db.owned_table(table, &format!("k {key_type} primary key, label text"), "").await;
+        other_settings.batch_execute(&format!("reset all; {settings}")).await.unwrap();
+        other_settings
+            .batch_execute(&format!("insert into public.{table} (k, label, owner) values ('{key}', 'a', '{ALICE}')"))
+            .await
+            .unwrap();
+        db.exec(&format!("update public.{table} set label = 'b'")).await;
+        assert_eq!(live_keys(&db, table).await, json!([spelled]), "{key_type} written under `{settings}`, then under the defaults");
+    }
+
+    // A push through a session set to Tokyo: the verdict names the key as the change log does.
+    let alice = Caller::user(ALICE);
+    db.exec("set timezone = 'Asia/Tokyo'").await;
+    let r = db
+        .push(&alice, push_request(DEVICE, vec![mutation(1, "stamps", "2026-12-07T10:00:00+09:00", "upsert", json!({"label": "c"}))]))
+        .await
+        .unwrap();
+    assert_eq!((statuses(&r), &r["verdicts"][0]["pk"]), (vec!["APPLIED".to_string()], &json!("2026-12-07 01:00:00+00")), "{r}");
+    assert_eq!(live_keys(&db, "stamps").await, json!(["2026-12-07 01:00:00+00"]));
+
+    // Date keys, which may go in a set-based run: pushed through a session in DateStyle 'SQL, DMY'.
+    db.exec("reset timezone; set datestyle = 'SQL, DMY'").await;
+    let days: Vec<Value> = (0..3).map(|i| mutation(2 + i, "days", &format!("2027-01-0{}", i + 1), "upsert", json!({"label": "d"}))).collect();
+    let r = db.push(&alice, push_request(DEVICE, days)).await.unwrap();
+    assert_eq!(statuses(&r), ["APPLIED", "APPLIED", "APPLIED"], "{r}");
+    assert!(r["verdicts"].as_array().unwrap().iter().all(|v| v["pk"].is_null()), "each key named as sent: {r}");
+    assert_eq!(live_keys(&db, "days").await, json!(["2026-12-07", "2027-01-01", "2027-01-02", "2027-01-03"]));
+
+    // Universe sync sends the key as text to a target that reads it by its own settings: spelled
+    // 07/12/2026 under DMY, a target in MDY read it as July 12.
+    db.exec("create table public.events (d date primary key, title text);
+             select kizuna.register_universe_table('public.events');").await;
+    other_settings.batch_execute("reset all; set datestyle = 'SQL, DMY'; insert into public.events values ('2026-12-07', 'x')").await.unwrap();
+    assert_eq!(db.one::<String>("select pk from kizuna.universe_events").await, "2026-12-07");
+}
+
+/// The keys of table `table`'s live entries in the change log, in order.
+async fn live_keys(db: &TestDb, table: &str) -> Value {
+    db.one(&format!("select coalesce(jsonb_agg(pk order by pk), '[]') from kizuna.changes where tbl = '{table}' and not deleted"))
+        .await
+}
