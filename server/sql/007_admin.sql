@@ -111,6 +111,7 @@ revoke execute on function
   kizuna.register_table(regclass, text, text, integer, boolean, regprocedure, name, text),
   kizuna.unregister_table(regclass),
   kizuna.compile_table(text),
+  kizuna.analyse_bucket(kizuna.synced_tables),
   kizuna.enter_rows(text),
   kizuna.take_up_shape(text),
   kizuna.number_at_commit(text, boolean),

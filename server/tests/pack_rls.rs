@@ -163,6 +163,45 @@ async fn the_pack_helpers_act_only_for_the_callers_own_clients() {
     assert_eq!(who, json!({"uid": BOB, "jwt": BOB, "role": "authenticated"}));
 }
 
+/// The API roles run the entry points and the helpers they call as the caller, nothing an admin
+/// runs: kizuna.analyse_bucket, which runs as the pack's owner, took the bucket expression from a
+/// table row its caller made up, and ran it as SQL (a signed-in user dropped a table of the
+/// owner's with it). Every function the API roles may run as the pack's owner is one of the list
+/// below, each checked to act only for the caller (the test above): a new one fails here until it
+/// is reviewed and named.
+#[tokio::test]
+async fn the_api_roles_run_no_admin_function_and_no_sql_of_their_own() {
+    let db = TestDb::with_todos().await;
+    let bob = Caller::user(BOB);
+    let injected = "kizuna.analyse_bucket(row('x', 'public.todos'::regclass, 'id', $b$1)::text) is null or true) not valid; \
+                    drop table public.todos; alter table pg_temp.kizuna_bucket_probe add constraint p check (((1$b$, \
+                    'arrival', 500, false, null, 0, now(), null, null, null)::kizuna.synced_tables)";
+    for (caller, expr) in [(&bob, injected), (&Caller::anon(), "kizuna.enter_rows('todos')"), (&bob, "kizuna.enter_rows('todos')")] {
+        let refused = sql_as(db.client(), caller, expr).await.expect_err(expr);
+        assert_eq!(refused.code, "42501", "{expr}: {refused:?}");
+    }
+    assert_eq!(db.one::<i64>("select count(*) from public.todos").await, 0, "the table is still there");
+
+    let as_owner: Value = db
+        .one(
+            "select jsonb_agg(p.proname order by p.proname) from pg_proc p
+              where p.pronamespace = 'kizuna'::regnamespace and p.prosecdef
+                and p.prorettype <> 'trigger'::regtype
+                and (has_function_privilege('anon', p.oid, 'execute') or has_function_privilege('authenticated', p.oid, 'execute')
+                     or has_function_privilege('service_role', p.oid, 'execute'))",
+        )
+        .await;
+    assert_eq!(
+        as_owner,
+        json!([
+            "advance_catalog_epoch", "check_own_client", "conflicts_for", "deleted_keys", "deleted_spelling", "finish_push",
+            "horizon", "journal_add", "key_state", "keystream", "ledger_claim", "ledger_lookup", "page_candidates",
+            "pull_state", "record_served", "recorded_verdicts", "run_keys", "settled_catalog_epoch", "touch_client",
+            "versions_of"
+        ])
+    );
+}
+
 #[tokio::test]
 async fn a_row_that_changes_bucket_leaves_the_old_one() {
     let db = TestDb::with_todos().await;
