@@ -138,6 +138,8 @@ create sequence if not exists kizuna.commit_seq as bigint;
 -- row, so a plain-SQL writer at REPEATABLE READ or SERIALIZABLE never fails to commit just because
 -- another synced transaction committed after its snapshot. The reaper keeps only the newest row.
 create table if not exists kizuna.commits (seq bigint primary key);
+-- The transaction that drew the number (kizuna.fence_now checks its own against it).
+alter table kizuna.commits add column if not exists xid xid8;
 -- Earlier pack versions kept the horizon in kizuna.state: carry it over once.
 do $$
 begin

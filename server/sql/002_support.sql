@@ -291,7 +291,7 @@ $$;
 -- any spelling of it. Only a key with no live entry: the spelling of a row the caller may not see
 -- stays unsaid. Through the index kizuna.compile_table makes of the table's deleted keys.
 create or replace function kizuna.deleted_spelling(rel regclass, col name, key text) returns text
-language plpgsql stable security definer set search_path = pg_catalog as $$
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
 declare
   wire_name text := (select t.name from kizuna.synced_tables t where t.rel = deleted_spelling.rel);
   found text;

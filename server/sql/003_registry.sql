@@ -12,7 +12,7 @@ create or replace function kizuna.compile_version() returns integer language sql
 -- Drops the indexes of table `rel`'s deleted keys (kizuna.deleted_index names them), but `keep`.
 -- Called by compile_table and unregister_table (admin only, as they are).
 create or replace function kizuna.drop_deleted_indexes(rel regclass, keep text default null) returns void
-language plpgsql set search_path = pg_catalog as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   stale text;
 begin
@@ -27,7 +27,7 @@ $$;
 -- `kizuna.registering` is on while it runs: the ALTER TABLE it issues is not a migration for
 -- kizuna.follow_migration to take up.
 create or replace function kizuna.compile_table(table_name text) returns void
-language plpgsql security definer set search_path = pg_catalog, public set kizuna.registering = 'on' as $$
+language plpgsql security definer set search_path = pg_catalog, public, pg_temp set kizuna.registering = 'on' as $$
 declare
   t kizuna.synced_tables;
   oid_ text;
@@ -42,7 +42,7 @@ begin
   -- The bucket of a row: the admin's expression with the row's columns in scope; null = no bucket.
   execute format($f$
     create or replace function kizuna.%I(kz_row %s) returns text
-    language sql stable set search_path = pg_catalog, public as
+    language sql stable set search_path = pg_catalog, public, pg_temp as
     'select (%s)::text from (select (kz_row).*) as kz_cols'
   $f$, 'bucket_' || oid_, t.rel, replace(t.bucket_expr, '''', ''''''));
 
@@ -58,7 +58,7 @@ begin
   -- session's settings (kizuna.spell_key_sql), as a push spells it.
   execute format($f$
     create or replace function kizuna.%I(kz_row %s) returns text[]
-    language sql stable set search_path = pg_catalog, public as %L
+    language sql stable set search_path = pg_catalog, public, pg_temp as %L
   $f$, 'place_' || oid_, t.rel,
        format('select array[(%s)::text, %s] from (select (kz_row).*) as kz_cols', t.bucket_expr,
               kizuna.spell_key_sql(kizuna.column_type(t.rel, t.pk_column), format('kz_cols.%I', t.pk_column))));
@@ -80,7 +80,7 @@ begin
 
   execute format($f$
     create or replace function kizuna.%1$I() returns trigger
-    language plpgsql security definer set search_path = pg_catalog, public as $cap$
+    language plpgsql security definer set search_path = pg_catalog, public, pg_temp as $cap$
     declare
       x xid8 := pg_current_xact_id();
       ob text; nb text; opk text; npk text; cols text[]; place text[];
@@ -163,7 +163,7 @@ $$;
 -- alone. The expression is parsed as a check constraint of an empty temporary copy of the table
 -- (never the table itself): PostgreSQL refuses subqueries there and records what it calls.
 create or replace function kizuna.analyse_bucket(t kizuna.synced_tables) returns void
-language plpgsql security definer set search_path = pg_catalog, public as $$
+language plpgsql security definer set search_path = pg_catalog, public, pg_temp as $$
 declare
   called oid[];
 begin
@@ -203,7 +203,7 @@ $$;
 -- every live entry (`every_entry`: a migration taken up), or only those a registration's backfill
 -- wrote with kizuna.unnumbered(). Either way the fence lock is taken only then.
 create or replace function kizuna.number_at_commit(wire_name text, every_entry boolean) returns void
-language sql set search_path = pg_catalog as $$
+language sql set search_path = pg_catalog, pg_temp as $$
   insert into kizuna.announcing as a (xid, tbl, every_entry) values (pg_current_xact_id(), wire_name, every_entry)
   on conflict (xid, tbl) do update set every_entry = a.every_entry or excluded.every_entry;
   insert into kizuna.tx_marker (xid) values (pg_current_xact_id()) on conflict do nothing;
@@ -215,7 +215,7 @@ $$;
 -- spelled otherwise (a pack before kizuna.key_spelling, under a session's settings) become
 -- tombstones.
 create or replace function kizuna.enter_rows(wire_name text) returns void
-language plpgsql security definer set search_path = pg_catalog, public as $$
+language plpgsql security definer set search_path = pg_catalog, public, pg_temp as $$
 declare
   tbl regclass;
   key_col name;
@@ -289,7 +289,7 @@ create or replace function kizuna.register_table(
   pk_column name default null,
   name text default null
 ) returns void
-language plpgsql security definer set search_path = pg_catalog, public set kizuna.registering = 'on' as $$
+language plpgsql security definer set search_path = pg_catalog, public, pg_temp set kizuna.registering = 'on' as $$
 declare
   wire_name text := coalesce(name, (select relname from pg_class where oid = tbl));
   key_col name := pk_column;
@@ -354,7 +354,7 @@ $$;
 -- numbered here, the fence lock was held from the ALTER to the end of the migration's
 -- transaction, and every other synced commit of the database waited through its backfill.
 create or replace function kizuna.take_up_shape(wire_name text) returns void
-language plpgsql set search_path = pg_catalog as $$
+language plpgsql set search_path = pg_catalog, pg_temp as $$
 declare
   recorded text;
   now_shape text;
@@ -380,7 +380,7 @@ $$;
 -- through with a warning: pushes to the table then fail as the server's fault until it is
 -- registered again (kizuna.key_type_of).
 create or replace function kizuna.follow_migration() returns event_trigger
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   t kizuna.synced_tables;
   renamed name;
@@ -423,7 +423,7 @@ select kizuna.ensure_event_trigger('kizuna_follow_migration', 'kizuna.follow_mig
 -- Stops syncing a table: drops its triggers and compiled functions and forgets its log.
 -- Clients keep the rows they have; re-registering enters the current rows again.
 create or replace function kizuna.unregister_table(tbl regclass) returns void
-language plpgsql security definer set search_path = pg_catalog, public as $$
+language plpgsql security definer set search_path = pg_catalog, public, pg_temp as $$
 declare
   wire_name text := (select name from kizuna.synced_tables where rel = tbl);
 begin

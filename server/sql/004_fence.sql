@@ -20,7 +20,7 @@ create or replace function kizuna.fence_lock_key() returns bigint language sql i
 
 -- The horizon: the largest commit number visible to the calling statement's snapshot.
 create or replace function kizuna.horizon() returns bigint
-language sql stable security definer set search_path = pg_catalog as $$
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select coalesce(max(seq), 0) from kizuna.commits
 $$;
 
@@ -30,19 +30,27 @@ $$;
 create or replace function kizuna.unnumbered() returns bigint language sql immutable as 'select -1::bigint';
 
 -- Takes the fence lock and returns this transaction's commit number, drawing it on first use.
+-- The setting only says where to look: any session may set it, and one that set it to
+-- `<its xid>:999999999999999999` had its writes numbered so, without the lock, and once the
+-- reaper's low watermark passed that number every device's checkpoint expired, for good. The
+-- number is this transaction's only when kizuna.commits holds it under this transaction's id.
 create or replace function kizuna.fence_now() returns bigint
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   mine text := current_setting('kizuna.tx_seq', true);
+  x xid8 := pg_current_xact_id();
   s bigint;
 begin
-  if mine like pg_current_xact_id()::text || ':%' then
-    return split_part(mine, ':', 2)::bigint;
+  if mine ~ ('^' || x::text || ':[0-9]{1,18}$') then
+    s := split_part(mine, ':', 2)::bigint;
+    if exists (select 1 from kizuna.commits c where c.seq = s and c.xid = x) then
+      return s;
+    end if;
   end if;
   perform pg_advisory_xact_lock(kizuna.fence_lock_key());
   s := nextval('kizuna.commit_seq');
-  perform set_config('kizuna.tx_seq', pg_current_xact_id()::text || ':' || s, true);
-  insert into kizuna.commits (seq) values (s);
+  perform set_config('kizuna.tx_seq', x::text || ':' || s, true);
+  insert into kizuna.commits (seq, xid) values (s, x);
   perform pg_notify('kizuna_wake', json_build_object('horizon', s)::text);
   return s;
 end
@@ -50,16 +58,20 @@ $$;
 
 -- The commit-time trigger: numbers the transaction and folds its pending changes into the log.
 create or replace function kizuna.fence() returns trigger
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   x xid8 := pg_current_xact_id();
   s bigint;
-  pusher uuid := nullif(current_setting('kizuna.client', true), '')::uuid;  -- one push, one device (kizuna_push)
+  pusher uuid;  -- one push, one device (kizuna_push)
 begin
   if not exists (select 1 from kizuna.tx_marker where xid = x) then
     return null;  -- already folded by an earlier firing in this transaction
   end if;
   s := kizuna.fence_now();
+  -- The device kizuna_push named, when it is the caller's: any session may set the setting, and
+  -- one that named another user's device stamped its writes as that device's.
+  select k.client_id into pusher from kizuna.clients k
+   where k.client_id = nullif(current_setting('kizuna.client', true), '')::uuid and k.owner = kizuna.caller();
 
   -- Per key: the bucket it was in before the transaction (first event) and after it (last event).
   -- Live entry in the final bucket; tombstone, with the row image it left with, in the first one.
@@ -93,7 +105,11 @@ begin
 
   -- Per-column versions (versioned tables): the last write of each column in this transaction.
   insert into kizuna.column_versions as v (tbl, pk, col, seq, hlc, writer, client)
-  select distinct on (p.tbl, p.pk, c.col) p.tbl, p.pk, c.col, s, coalesce(p.hlc, kizuna.hlc_now()), p.writer, pusher
+  -- A write's clock as kizuna_push checked it (kizuna.hlc is any session's to set: one set to the
+  -- year 2286 by plain SQL won every later write of those columns): a valid one no later than
+  -- server time plus the allowed skew, else server time.
+  select distinct on (p.tbl, p.pk, c.col) p.tbl, p.pk, c.col, s,
+         case when kizuna.hlc_is_valid(p.hlc) then kizuna.hlc_clamp(p.hlc) else kizuna.hlc_now() end, p.writer, pusher
     from kizuna.pending p cross join lateral unnest(p.changed_cols) as c(col)
    where p.xid = x and p.changed_cols is not null
    order by p.tbl, p.pk, c.col, p.id desc

@@ -176,7 +176,7 @@ $$;
 -- a helper acting for a client id first checks that the client belongs to the caller.
 
 create or replace function kizuna.check_own_client(client uuid) returns void
-language plpgsql stable security definer set search_path = pg_catalog as $$
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
 begin
   if not exists (select 1 from kizuna.clients k where k.client_id = client and k.owner = kizuna.caller()) then
     perform kizuna.fail('KZP01', 'client_id belongs to another user', null, 'generate a client id per user and device');
@@ -188,7 +188,7 @@ $$;
 -- run one after another. A client id owned by another caller is KZP01.
 drop function if exists kizuna.touch_client(uuid, text, boolean);
 create or replace function kizuna.touch_client(client uuid, for_push boolean) returns kizuna.clients
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   who text := kizuna.caller();
   c kizuna.clients;
@@ -209,7 +209,7 @@ end
 $$;
 
 create or replace function kizuna.ledger_lookup(mutation uuid, client uuid) returns jsonb
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   l kizuna.ledger;
 begin
@@ -227,7 +227,7 @@ $$;
 
 -- Claims a mutation id; false when another transaction recorded it first (it waits for that one).
 create or replace function kizuna.ledger_claim(mutation uuid, client uuid, cseq bigint) returns boolean
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   claimed uuid;
 begin
@@ -243,7 +243,7 @@ $$;
 -- its first member's position).
 drop function if exists kizuna.recorded_verdicts(uuid, uuid[]);
 create or replace function kizuna.recorded_verdicts(client uuid, muts jsonb) returns jsonb[]
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   foreign_id text;
   found jsonb[];
@@ -281,7 +281,7 @@ $$;
 drop function if exists kizuna.key_state(text, text, uuid);
 create or replace function kizuna.key_state(table_name text, key text, client uuid, read_seq bigint,
                                             out state text, out seen_images jsonb)
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin
   perform kizuna.check_own_client(client);
   if exists (select 1 from kizuna.changes c where c.tbl = table_name and c.pk = key and not c.deleted) then
@@ -310,19 +310,25 @@ $$;
 
 -- Column versions of a key: {"col": {"seq": n, "hlc": "...", "writer": "...", "client": "..."}}.
 create or replace function kizuna.versions_of(table_name text, key text) returns jsonb
-language sql stable security definer set search_path = pg_catalog as $$
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select coalesce(jsonb_object_agg(v.col, jsonb_build_object('seq', v.seq, 'hlc', v.hlc, 'writer', v.writer, 'client', v.client)), '{}')
     from kizuna.column_versions v where v.tbl = table_name and v.pk = key
 $$;
 
 -- Records a conflict the caller took part in; numbered by the fence at commit (winner_seq null:
--- this transaction's number).
+-- this transaction's number). Only on a journaled table, against the writer the column's version
+-- names (the other party of every conflict a push records: the column's last writer before this
+-- write): called by hand, it put made-up conflicts with any user into that user's pulls.
 create or replace function kizuna.journal_add(table_name text, key text, col text, loser jsonb, winner jsonb,
                                               loser_seq bigint, winner_seq bigint, loser_by text, winner_by text)
-returns void language sql security definer set search_path = pg_catalog as $$
+returns void language sql security definer set search_path = pg_catalog, pg_temp as $$
   insert into kizuna.conflicts (tbl, pk, col, loser, winner, loser_seq, winner_seq, loser_by, winner_by, xid)
   select table_name, key, col, loser, winner, loser_seq, winner_seq, loser_by, winner_by, pg_current_xact_id()
    where kizuna.caller() in (loser_by, winner_by)
+     and exists (select 1 from kizuna.synced_tables t where t.name = table_name and t.journal)
+     and exists (select 1 from kizuna.column_versions v
+                  where v.tbl = table_name and v.pk = key and v.col = journal_add.col
+                    and v.writer is not distinct from case when kizuna.caller() = loser_by then winner_by else loser_by end)
 $$;
 
 -- Numbers the push (when it applied anything), records its verdicts in the ledger, advances the
@@ -331,7 +337,7 @@ $$;
 -- every other push of this client out, so an id can only have been recorded meanwhile by another
 -- client's push (the insert waits for it), which is KZP01 as it would have been at the start.
 create or replace function kizuna.finish_push(client uuid, verdicts jsonb) returns jsonb
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   s bigint;
   out_verdicts jsonb;
@@ -387,7 +393,9 @@ begin
   if refused > 0 then
     select jsonb_object_agg(r, c) into rejected
       from (select v ->> 'reason' as r, count(*) as c from jsonb_array_elements(verdicts) v
-             where v ->> 'status' = 'REJECTED' and (v ->> '_fresh')::boolean group by 1) g;
+             where v ->> 'status' = 'REJECTED' and (v ->> '_fresh')::boolean
+               and kizuna.reason_message(v ->> 'reason') is not null  -- only the protocol's reasons are counted
+             group by 1) g;
   end if;
 
   update kizuna.clients c set last_mutation_id = greatest(c.last_mutation_id, coalesce(top_seq, 0))
@@ -400,7 +408,7 @@ begin
     skipped_total = skipped_total + skipped,
     delayed_total = delayed_total + delayed,
     rejected_total = case when refused = 0 then rejected_total else
-      (select jsonb_object_agg(r, n) from (
+      (select coalesce(jsonb_object_agg(r, n), '{}') from (
          select r, sum(n)::bigint as n from (
            select key as r, value::bigint as n from jsonb_each_text(st.rejected_total)
            union all
@@ -788,7 +796,7 @@ $$;
 -- The entry point.
 
 create or replace function public.kizuna_push(request jsonb) returns jsonb
-language plpgsql set search_path = pg_catalog, public as $$
+language plpgsql set search_path = pg_catalog, public, pg_temp as $$
 declare
   muts jsonb;
   n integer;

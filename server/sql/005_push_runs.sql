@@ -73,7 +73,7 @@ create or replace function kizuna.catalog_lock() returns bigint language sql imm
   'select 7583421590113002';
 
 create or replace function kizuna.advance_catalog_epoch() returns event_trigger
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin
   perform pg_advisory_xact_lock_shared(kizuna.catalog_lock());
   perform nextval('kizuna.catalog_epoch');
@@ -91,7 +91,7 @@ select kizuna.ensure_event_trigger('kizuna_catalog_epoch', 'kizuna.advance_catal
 -- The lock is looked up in pg_locks rather than taken: a session-level lock that a cancel left
 -- held would have stopped every DDL command of the database.
 create or replace function kizuna.settled_catalog_epoch() returns bigint
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   epoch bigint;
 begin
@@ -176,7 +176,7 @@ $$;
 -- Which of these keys of a table are deleted for push (tombstones and no live entry): the same
 -- answer kizuna.key_state gives one key at a time, for the caller's own client.
 create or replace function kizuna.deleted_keys(table_name text, keys text[], client uuid) returns text[]
-language plpgsql stable security definer set search_path = pg_catalog as $$
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
 begin
   perform kizuna.check_own_client(client);
   -- One index lookup per key, whatever the statistics say. As `c.pk = any (keys)`, a plan made

@@ -76,7 +76,7 @@ create or replace function kizuna.pull_first_chunk(lim integer) returns integer 
   $$ select greatest(lim + 1, 32) $$;
 
 create or replace function kizuna.keystream(nonce bytea, n integer) returns bytea
-language sql stable security definer set search_path = pg_catalog as $$
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select coalesce(string_agg(sha256(s.cursor_key || nonce || int4send(b)), ''::bytea order by b), ''::bytea)
     from kizuna.state s, generate_series(0, (n + 31) / 32 - 1) b
 $$;
@@ -115,7 +115,7 @@ end
 $$;
 
 create or replace function kizuna.pull_state(out epoch text, out horizon bigint, out low_watermark bigint)
-language sql stable security definer set search_path = pg_catalog as $$
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select epoch, kizuna.horizon(), low_watermark from kizuna.state
 $$;
 
@@ -127,7 +127,7 @@ create or replace function kizuna.page_candidates(buckets text[], horizon bigint
                                                   after_seq bigint, after_tbl text, after_pk text,
                                                   after_bucket text, n integer)
 returns setof kizuna.changes language plpgsql stable security definer
-set search_path = pg_catalog
+set search_path = pg_catalog, pg_temp
 -- Each bucket is read in the index's order and only as far as the page needs. Without bitmap
 -- scans the planner has no cheaper-looking way: while the statistics still counted few rows of a
 -- bucket (a freshly loaded table, before autovacuum analyzed it), it read the whole bucket
@@ -156,7 +156,7 @@ $$;
 drop function if exists kizuna.run_candidates(text[], bigint, bigint, integer);
 create or replace function kizuna.run_keys(buckets text[], run_from bigint, horizon bigint, cap integer,
                                            out tbl text, out pk text, out deleted boolean, out image jsonb)
-returns setof record language sql stable security definer set search_path = pg_catalog as $$
+returns setof record language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select c.tbl, c.pk, c.deleted, c.image
     from (select distinct b from unnest(buckets) b) rb
    cross join lateral (
@@ -219,7 +219,7 @@ $$;
 -- would rewrite the row, and lock it even with a WHERE that leaves it be, so every idle poll of
 -- every client paid a new row version and a WAL flush at its commit.
 create or replace function kizuna.record_served(client uuid, buckets text[], run_from bigint, horizon bigint)
-returns void language plpgsql security definer set search_path = pg_catalog as $$
+returns void language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin
   perform kizuna.check_own_client(client);
   if not exists (select 1 from unnest(buckets) b
@@ -240,7 +240,7 @@ $$;
 -- run from a checkpoint.
 drop function if exists kizuna.conflicts_for(text, bigint, bigint);
 create or replace function kizuna.conflicts_for(run_from bigint, horizon bigint) returns jsonb
-language sql stable security definer set search_path = pg_catalog as $$
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
            'table', c.tbl, 'pk', c.pk, 'column', c.col, 'loser_seq', c.loser_seq, 'winner_seq', c.winner_seq,
            'loser_by', c.loser_by)) || jsonb_build_object('loser', c.loser, 'winner', c.winner)
@@ -364,7 +364,7 @@ language sql stable as $$
 $$;
 
 create or replace function public.kizuna_pull(request jsonb) returns jsonb
-language plpgsql set search_path = pg_catalog, public as $$
+language plpgsql set search_path = pg_catalog, public, pg_temp as $$
 declare
   st record;
   c kizuna.clients;

@@ -14,7 +14,7 @@
 drop function if exists kizuna.reap();
 create or replace function kizuna.reap(tombstone_retention interval default null,
                                        ledger_retention interval default null) returns jsonb
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   cfg kizuna.settings;
   ledger_n bigint;
@@ -72,7 +72,7 @@ $$;
 
 -- Durable figures, for `kizuna-server status` and /metrics.
 create or replace function kizuna.status() returns jsonb
-language sql stable security definer set search_path = pg_catalog as $$
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select jsonb_build_object(
     'epoch', s.epoch,
     'horizon', kizuna.horizon(),
@@ -99,7 +99,7 @@ $$;
 -- rehydrate. For operators after restoring a backup in place (a restore into another database or
 -- cluster is detected at install by itself).
 create or replace function kizuna.new_epoch() returns text
-language sql security definer set search_path = pg_catalog as $$
+language sql security definer set search_path = pg_catalog, pg_temp as $$
   update kizuna.state set epoch = substr(replace(gen_random_uuid()::text, '-', ''), 1, 16) returning epoch
 $$;
 

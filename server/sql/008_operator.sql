@@ -24,7 +24,7 @@ end
 $$;
 
 create or replace function public.kizuna_admin(request jsonb) returns jsonb
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 begin
   if jsonb_typeof(request) is distinct from 'object' then
     perform kizuna.fail('KZP01', 'the request must be an object with an action');

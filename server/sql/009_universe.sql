@@ -108,7 +108,7 @@ create unlogged table if not exists kizuna.universe_marker (xid xid8 primary key
 create or replace function kizuna.universe_compile_version() returns integer language sql immutable as 'select 9';
 
 create or replace function kizuna.universe_compile(table_rel regclass) returns void
-language plpgsql security definer set search_path = pg_catalog, public as $$
+language plpgsql security definer set search_path = pg_catalog, public, pg_temp as $$
 declare
   t kizuna.universe_tables;
   oid_ text := table_rel::oid::text;
@@ -126,12 +126,12 @@ begin
   generated := array(select a.attname::text from pg_attribute a
                       where a.attrelid = table_rel and a.attnum > 0 and not a.attisdropped and a.attgenerated <> '');
   execute format('create or replace function kizuna.%I(kz_row %s) returns jsonb language sql stable
-                  set search_path = pg_catalog, public as %L',
+                  set search_path = pg_catalog, public, pg_temp as %L',
     image_fn, table_rel,
     format('select case when %s then to_jsonb($1) - %L::text[] end from (select (kz_row).*) as kz_cols',
            coalesce('coalesce((' || t.row_filter || ')::boolean, false)', 'true'), generated));
   execute format('create or replace function kizuna.%I(kz_row %s) returns timestamptz language sql stable
-                  set search_path = pg_catalog, public as %L',
+                  set search_path = pg_catalog, public, pg_temp as %L',
     after_fn, table_rel,
     format('select (%s)::timestamptz from (select (kz_row).*) as kz_cols', coalesce(t.apply_after, 'null')));
 
@@ -140,7 +140,7 @@ begin
   -- no session's settings (kizuna.spell_key_sql): a date key written by a session in DateStyle
   -- 'SQL, DMY' reached the target as 07/12/2026, which it read as July 12.
   execute format('create or replace function kizuna.%I(kz_row %s) returns text language sql stable
-                  set search_path = pg_catalog, public as %L',
+                  set search_path = pg_catalog, public, pg_temp as %L',
     key_fn, table_rel,
     format('select %s', kizuna.spell_key_sql(kizuna.column_type(table_rel, t.pk_column), format('(kz_row).%I', t.pk_column))));
 
@@ -149,7 +149,7 @@ begin
   after_new := case when t.apply_after is null then 'null' else format('kizuna.%I(new)', after_fn) end;
   execute format($f$
     create or replace function kizuna.%1$I() returns trigger
-    language plpgsql security definer set search_path = pg_catalog, public as $cap$
+    language plpgsql security definer set search_path = pg_catalog, public, pg_temp as $cap$
     declare
       x xid8 := pg_current_xact_id();
       oi jsonb; ni jsonb; opk text; npk text;
@@ -220,7 +220,7 @@ create or replace function kizuna.register_universe_table(
   pk_column name default null,
   backfill boolean default false
 ) returns void
-language plpgsql security definer set search_path = pg_catalog, public as $$
+language plpgsql security definer set search_path = pg_catalog, public, pg_temp as $$
 declare
   key_col name := pk_column;
   wire text := coalesce(target_table, (select relname from pg_class where oid = tbl));
@@ -259,7 +259,7 @@ $$;
 
 -- Stops capturing a table's writes. Its pending events are still delivered.
 create or replace function kizuna.unregister_universe_table(tbl regclass) returns void
-language plpgsql security definer set search_path = pg_catalog, public as $$
+language plpgsql security definer set search_path = pg_catalog, public, pg_temp as $$
 begin
   execute format('drop trigger if exists kizuna_universe on %s', tbl);
   execute format('drop trigger if exists kizuna_universe_no_truncate on %s', tbl);
@@ -275,7 +275,7 @@ $$;
 -- The commit-time fold: numbers the transaction's events and coalesces latest-only keys.
 
 create or replace function kizuna.universe_fold() returns trigger
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   x xid8 := pg_current_xact_id();
 begin
@@ -329,7 +329,7 @@ $$;
 -- copied elsewhere gets a new epoch, and so a new universe id, under which its pending events get
 -- new keys: it is a new client on the target, so no id it reuses can be answered SKIPPED.
 create or replace function kizuna.universe_identity() returns uuid
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   s kizuna.universe_state;
   current_epoch text := (select epoch from kizuna.state);
@@ -360,7 +360,7 @@ $$;
 create or replace function kizuna.universe_window(after_id bigint, n integer)
 returns table (id bigint, key uuid, is_delete boolean, apply_after_ms bigint, attempts integer,
                max_attempts integer, retry_at_ms bigint, error text)
-language sql stable security definer set search_path = pg_catalog as $$
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select e.id, e.key, e.op = 'delete', (extract(epoch from kizuna.universe_wire_time(e.apply_after)) * 1000)::bigint, e.attempts,
          e.max_attempts, (extract(epoch from e.retry_at) * 1000)::bigint, e.error
     from kizuna.universe_events e
@@ -377,7 +377,7 @@ $$;
 -- Returns (old id, new id, new key) for each event renumbered.
 create or replace function kizuna.universe_claim(ids bigint[])
 returns table (old_id bigint, new_id bigint, new_key uuid)
-language plpgsql security definer set search_path = pg_catalog, public as $$
+language plpgsql security definer set search_path = pg_catalog, public, pg_temp as $$
 begin
   if not exists (select 1 from kizuna.universe_events e
                   where e.id = any(ids) and e.acked_at is null and not e.dead_letter
@@ -409,7 +409,7 @@ $$;
 -- re-serialised by the sync process. An event replaced meanwhile by a latest-only write is not sent.
 drop function if exists kizuna.universe_mutations(bigint[]);
 create or replace function kizuna.universe_mutations(ids bigint[], out sent bigint[], out mutations text)
-language sql stable security definer set search_path = pg_catalog as $$
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   -- In the order of `ids` (the slice's): an event claimed a fresh id keeps its place in it.
   select coalesce(array_agg(e.id order by array_position(ids, e.id)), '{}'),
          coalesce(jsonb_agg(jsonb_build_object(
@@ -427,7 +427,7 @@ $$;
 -- "error"}]. An event replaced meanwhile by a latest-only write is left alone (its successor is
 -- pending). Returns the counts recorded.
 create or replace function kizuna.universe_record(updates jsonb) returns jsonb
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   n_applied bigint;
   n_skipped bigint;
@@ -463,7 +463,7 @@ $$;
 
 -- Removes acknowledged events only (never pending ones, never dead letters). Returns how many.
 create or replace function kizuna.universe_prune_acked() returns bigint
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   n bigint;
 begin
@@ -476,7 +476,7 @@ $$;
 
 -- Dead letters, oldest first (ids null: all of them).
 create or replace function kizuna.universe_dead_letters(ids bigint[] default null) returns jsonb
-language sql stable security definer set search_path = pg_catalog as $$
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select coalesce(jsonb_agg(jsonb_build_object(
            'id', e.id, 'key', e.key, 'source_table', e.source_table::text, 'target_table', e.target_table,
            'pk', e.pk, 'op', e.op, 'columns', e.columns, 'apply_after', e.apply_after, 'created_at', e.created_at,
@@ -492,7 +492,7 @@ $$;
 -- the row is gone or outside the selection), never the old image: events delivered after the
 -- dead one may have moved the target on, and the old image would move it back. Returns how many.
 create or replace function kizuna.universe_requeue(ids bigint[] default null) returns integer
-language plpgsql security definer set search_path = pg_catalog, public as $$
+language plpgsql security definer set search_path = pg_catalog, public, pg_temp as $$
 declare
   d kizuna.universe_events;
   t kizuna.universe_tables;
@@ -529,7 +529,7 @@ $$;
 
 -- Drops dead letters for good (ids null: all of them). Returns how many.
 create or replace function kizuna.universe_discard(ids bigint[] default null) returns integer
-language plpgsql security definer set search_path = pg_catalog as $$
+language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   n integer;
 begin
@@ -544,7 +544,7 @@ $$;
 -- failed attempt), delayed (pending, apply_after ahead), dead_letters, acknowledged (not pruned
 -- yet), and the durable totals. Counts read the outbox's partial indexes.
 create or replace function kizuna.universe_status() returns jsonb
-language sql stable security definer set search_path = pg_catalog as $$
+language sql stable security definer set search_path = pg_catalog, pg_temp as $$
   select jsonb_build_object(
     'universe_id', s.universe_id,
     'tables', (select count(*) from kizuna.universe_tables),

@@ -4,7 +4,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::db::{mutation, pull_request, pull_run, push_request, sql_as, statuses, Caller, TestDb};
+use support::db::{mutation, pull_request, pull_run, push_request, sql_as, sql_kept_as, statuses, Caller, TestDb};
 
 const ALICE: &str = "a11ce000-0000-4000-8000-000000000001";
 const BOB: &str = "b0b00000-0000-4000-8000-000000000002";
@@ -154,9 +154,18 @@ async fn the_pack_helpers_act_only_for_the_callers_own_clients() {
     }
     let journal = sql_as(db.client(), &bob, "kizuna.conflicts_for(0, 1000000)").await.unwrap();
     assert_eq!(journal, Value::Null, "bob's journal view is his own");
-    sql_as(db.client(), &bob, &format!(
+    sql_kept_as(db.client(), &bob, &format!(
         "kizuna.journal_add('todos', 't1', 'title', '\"x\"', '\"y\"', 1, 2, '{ALICE}', 'someone')")).await.unwrap();
     assert_eq!(db.one::<i64>("select count(*) from kizuna.conflicts").await, 0, "no entry in others' names");
+    // Nor a made-up conflict of his with alice, on a table that keeps no journal, over a column
+    // alice never wrote against him: it reached her pulls.
+    sql_kept_as(db.client(), &bob, &format!(
+        "kizuna.journal_add('todos', 't1', 'title', '\"made up\"', '\"y\"', 1, null, '{BOB}', '{ALICE}')")).await.unwrap();
+    assert_eq!(db.one::<i64>("select count(*) from kizuna.conflicts").await, 0, "no made-up conflict");
+    // The durable totals count the protocol's reasons only (they become metrics' labels).
+    let made_up = json!([{"id": "00000000-0000-4000-8000-00000000000f", "status": "REJECTED", "reason": "made up", "_fresh": true, "_seq": 9}]);
+    sql_kept_as(db.client(), &bob, &format!("kizuna.finish_push('{BOB_PHONE}', '{made_up}')")).await.unwrap();
+    assert_eq!(db.one::<Value>("select rejected_total from kizuna.state").await.get("made up"), None);
 
     // The Supabase helpers the policies use read the same claims on plain PostgreSQL.
     let who = sql_as(db.client(), &bob, "jsonb_build_object('uid', auth.uid(), 'jwt', auth.jwt() ->> 'sub', 'role', auth.role())").await.unwrap();
@@ -182,6 +191,31 @@ async fn the_api_roles_run_no_admin_function_and_no_sql_of_their_own() {
     }
     assert_eq!(db.one::<i64>("select count(*) from public.todos").await, 0, "the table is still there");
 
+    // A caller's own temporary objects are not the catalogs to functions that run as the owner:
+    // PostgreSQL looks for relations and types in the session's temporary schema first unless the
+    // search_path names it, and a temporary view named pg_event_trigger or pg_attribute ran the
+    // caller's function as the owner (it could make the caller a superuser).
+    let client = db.client();
+    client.batch_execute(&format!(
+        "begin; set local role authenticated;
+         select set_config('request.jwt.claims', '{{\"sub\": \"{BOB}\", \"role\": \"authenticated\"}}', true);
+         create temp table trace (who text);
+         create function pg_temp.as_whom() returns boolean language plpgsql as
+           $f$ begin insert into pg_temp.trace values (current_user); return true; end $f$;
+         create temp view pg_event_trigger as
+           select 'kizuna_catalog_epoch'::name as evtname, 'A'::\"char\" as evtenabled where pg_temp.as_whom();
+         create temp view pg_attribute as
+           select a.attrelid, a.attname, a.atttypid, a.attnum, a.attisdropped, a.attcollation, a.attgenerated
+             from pg_catalog.pg_attribute a where pg_temp.as_whom();
+         select kizuna.settled_catalog_epoch();
+         select kizuna.deleted_spelling('public.todos', 'id', 'x');"
+    ))
+    .await
+    .unwrap();
+    let ran_as: Vec<String> = client.query("select distinct who from pg_temp.trace", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+    client.batch_execute("rollback").await.unwrap();
+    assert!(ran_as.iter().all(|who| who != "postgres"), "the caller's function ran as {ran_as:?}");
+
     let as_owner: Value = db
         .one(
             "select jsonb_agg(p.proname order by p.proname) from pg_proc p
@@ -200,6 +234,45 @@ async fn the_api_roles_run_no_admin_function_and_no_sql_of_their_own() {
             "versions_of"
         ])
     );
+}
+
+/// What kizuna_push tells the fence and the capture trigger through settings (the transaction's
+/// commit number, the write's clock, the pushing device) is any session's to set: a signed-in
+/// user writing in plain SQL under their own claims set them and the fence believed them. A
+/// commit number of 999999999999999999 expired every device's checkpoint once reaped, for good; a
+/// clock in the year 2286 won every later write of those columns; another user's device named as
+/// the writer's. Now the number is the one drawn for the transaction, the clock is checked and
+/// clamped as a push's is, and a device counts only when it is the caller's.
+#[tokio::test]
+async fn settings_a_plain_sql_writer_forges_do_not_steer_the_fence() {
+    let db = TestDb::new().await;
+    db.owned_table("notes", "id text primary key, body text", ", conflict_mode => 'hlc'").await;
+    let bob = Caller::user(BOB);
+    db.push(&bob, push_request(BOB_PHONE, vec![])).await.unwrap();
+    let client = db.client();
+    client.batch_execute(&format!(
+        "begin; set local role authenticated;
+         select set_config('request.jwt.claims', '{{\"sub\": \"{ALICE}\", \"role\": \"authenticated\"}}', true);
+         select set_config('kizuna.tx_seq', pg_current_xact_id()::text || ':999999999999999999', true);
+         select set_config('kizuna.hlc', '9999999999999-9999-zzzz', true);
+         select set_config('kizuna.client', '{BOB_PHONE}', true);
+         insert into public.notes (id, body) values ('n1', 'alice');
+         commit;"
+    ))
+    .await
+    .unwrap();
+    let (seq, horizon): (i64, i64) = {
+        let row = client.query_one("select max(seq), kizuna.horizon() from kizuna.changes where tbl = 'notes'", &[]).await.unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(seq, horizon, "the write is numbered by the fence");
+    let versions: Value = db.one("select jsonb_agg(jsonb_build_object('hlc', left(hlc, 13), 'client', client)) from kizuna.column_versions").await;
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    for v in versions.as_array().unwrap() {
+        let at: i64 = v["hlc"].as_str().unwrap().parse().unwrap();
+        assert!(at < now_ms + 120_000, "a clock at most the allowed skew ahead: {versions}");
+        assert_eq!(v["client"], Value::Null, "no device of bob's: {versions}");
+    }
 }
 
 #[tokio::test]

@@ -215,6 +215,12 @@ pub async fn sql_as(client: &Client, caller: &Caller, expr: &str) -> Result<Valu
     select_as(client, caller, "begin", &format!("select to_jsonb(({expr}))"), &[], false).await
 }
 
+/// `sql_as`, committed: for what a direct call must not leave behind (a refusal that only a
+/// rollback hid would pass unseen).
+pub async fn sql_kept_as(client: &Client, caller: &Caller, expr: &str) -> Result<Value, SqlError> {
+    select_as(client, caller, "begin", &format!("select to_jsonb(({expr}))"), &[], true).await
+}
+
 /// One `select` of a jsonb value as `caller`, in a transaction of its own set up as the gateway
 /// sets it up (`SET LOCAL ROLE`, then the claims); committed when `keep`, else rolled back.
 async fn select_as(
