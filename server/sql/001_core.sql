@@ -37,6 +37,31 @@ $$;
 
 create schema if not exists auth;
 create schema if not exists kizuna;
+
+-- What an install changes in the pack's own tables, only where it is not so already. ALTER TABLE
+-- ... ADD COLUMN IF NOT EXISTS and CREATE INDEX IF NOT EXISTS lock the table (ACCESS EXCLUSIVE,
+-- SHARE) even when there is nothing to do, and every start of a gateway installs: a file's
+-- transaction took those locks one table after another, and a push committing meanwhile (it
+-- holds kizuna.commits from its number to its commit, and writes kizuna.state after) deadlocked
+-- with it, and the gateway did not start (the history checker's restarts, about 1 in 40 histories).
+create or replace function kizuna.ensure_column(rel regclass, col name, definition text) returns void
+language plpgsql set search_path = pg_catalog, pg_temp as $$
+begin
+  if not exists (select 1 from pg_attribute a where a.attrelid = rel and a.attname = col and not a.attisdropped) then
+    execute format('alter table %s add column if not exists %I %s', rel, col, definition);
+  end if;
+end
+$$;
+
+-- `statement` (a CREATE INDEX) unless index kizuna.<name> exists.
+create or replace function kizuna.ensure_index(name text, statement text) returns void
+language plpgsql set search_path = pg_catalog, pg_temp as $$
+begin
+  if to_regclass(format('kizuna.%I', name)) is null then
+    execute statement;
+  end if;
+end
+$$;
 grant usage on schema auth to anon, authenticated, service_role;
 grant usage on schema kizuna to anon, authenticated, service_role;
 
@@ -84,9 +109,9 @@ create table if not exists kizuna.settings (
   max_progress_count integer not null default 1000000,      -- entries a run's first page counts for its total (0: none counted)
   default_max_batch_size integer not null default 500       -- for requests naming no registered table
 );
-alter table kizuna.settings add column if not exists max_pull_buckets integer not null default 256;
-alter table kizuna.settings add column if not exists max_progress_count integer not null default 1000000;
-alter table kizuna.settings add column if not exists max_page_bytes bigint not null default 8388608;
+select kizuna.ensure_column('kizuna.settings', 'max_pull_buckets', $d$integer not null default 256$d$);
+select kizuna.ensure_column('kizuna.settings', 'max_progress_count', $d$integer not null default 1000000$d$);
+select kizuna.ensure_column('kizuna.settings', 'max_page_bytes', $d$bigint not null default 8388608$d$);
 insert into kizuna.settings default values on conflict do nothing;
 grant select on kizuna.settings to anon, authenticated, service_role;
 
@@ -108,8 +133,8 @@ create table if not exists kizuna.state (
 );
 -- The key that seals pull cursors naming entries the caller may not see (006_pull.sql); never
 -- leaves the database. 32 bytes from two random uuids (gen_random_uuid draws from a strong source).
-alter table kizuna.state add column if not exists cursor_key bytea not null
-  default decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex');
+select kizuna.ensure_column('kizuna.state', 'cursor_key',
+  $d$bytea not null default decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex')$d$);
 insert into kizuna.state default values on conflict do nothing;
 
 -- A restored or copied database is another server history: give it a new epoch so that every
@@ -139,7 +164,7 @@ create sequence if not exists kizuna.commit_seq as bigint;
 -- another synced transaction committed after its snapshot. The reaper keeps only the newest row.
 create table if not exists kizuna.commits (seq bigint primary key);
 -- The transaction that drew the number (kizuna.fence_now checks its own against it).
-alter table kizuna.commits add column if not exists xid xid8;
+select kizuna.ensure_column('kizuna.commits', 'xid', $d$xid8$d$);
 -- Earlier pack versions kept the horizon in kizuna.state: carry it over once.
 do $$
 begin
@@ -167,13 +192,13 @@ create table if not exists kizuna.synced_tables (
 -- The functions the bucket expression calls (by oid), for the set-based push path (005_push_runs.sql);
 -- null when the expression reads a table (a subquery) or could not be analysed: such tables take
 -- the per-mutation path. Filled by kizuna.compile_table.
-alter table kizuna.synced_tables add column if not exists bucket_functions oid[];
+select kizuna.ensure_column('kizuna.synced_tables', 'bucket_functions', $d$oid[]$d$);
 -- The table's columns (names and types, kizuna.table_shape) when it was last registered: a
 -- registration that finds them changed announces every row again (kizuna.register_table).
-alter table kizuna.synced_tables add column if not exists shape text;
+select kizuna.ensure_column('kizuna.synced_tables', 'shape', $d$text$d$);
 -- The key column's attribute number, which a rename keeps: a migration that renames the key
 -- column is followed under the new name (kizuna.follow_migration). Set by kizuna.compile_table.
-alter table kizuna.synced_tables add column if not exists pk_attnum smallint;
+select kizuna.ensure_column('kizuna.synced_tables', 'pk_attnum', $d$smallint$d$);
 grant select on kizuna.synced_tables to anon, authenticated, service_role;
 
 -- Changes made by the current transaction, captured by the row triggers and numbered at commit.
@@ -190,7 +215,7 @@ create unlogged table if not exists kizuna.pending (
   hlc text,                      -- the origin HLC a push stamped on this write, if any
   writer text
 );
-create index if not exists pending_xid on kizuna.pending (xid);
+select kizuna.ensure_index('pending_xid', $i$create index if not exists pending_xid on kizuna.pending (xid)$i$);
 
 -- One row per transaction with pending changes: its insert queues the commit-time fence trigger.
 create unlogged table if not exists kizuna.tx_marker (xid xid8 primary key);
@@ -199,7 +224,7 @@ create unlogged table if not exists kizuna.tx_marker (xid xid8 primary key);
 -- lock only from then: every live entry (`every_entry`: a migration taken up, kizuna.take_up_shape)
 -- or those a registration's backfill wrote (kizuna.register_table, kizuna.unnumbered()).
 create unlogged table if not exists kizuna.announcing (xid xid8 not null, tbl text collate "C" not null, primary key (xid, tbl));
-alter table kizuna.announcing add column if not exists every_entry boolean not null default true;
+select kizuna.ensure_column('kizuna.announcing', 'every_entry', $d$boolean not null default true$d$);
 
 -- The change log: the latest entry per (table, key, bucket). Live entries are rendered through the
 -- caller's SELECT policy at pull time; tombstones keep the row image they left with.
@@ -214,8 +239,8 @@ create table if not exists kizuna.changes (
   changed_at timestamptz not null default now(),
   primary key (tbl, pk, bucket)
 );
-create index if not exists changes_bucket_seq on kizuna.changes (bucket, seq, tbl, pk);
-create index if not exists changes_tombstones on kizuna.changes (changed_at) where deleted;
+select kizuna.ensure_index('changes_bucket_seq', $i$create index if not exists changes_bucket_seq on kizuna.changes (bucket, seq, tbl, pk)$i$);
+select kizuna.ensure_index('changes_tombstones', $i$create index if not exists changes_tombstones on kizuna.changes (changed_at) where deleted$i$);
 
 -- Per-column versions, for tables in hlc mode or with the conflict journal on.
 create table if not exists kizuna.column_versions (
@@ -228,7 +253,7 @@ create table if not exists kizuna.column_versions (
   primary key (tbl, pk, col)
 );
 -- The device whose push wrote the column (null: plain SQL): its own value is no conflict for it.
-alter table kizuna.column_versions add column if not exists client uuid;
+select kizuna.ensure_column('kizuna.column_versions', 'client', $d$uuid$d$);
 
 -- Client registry: each client id belongs to one caller; last_mutation_id is the response field,
 -- pruned_seq the highest client_seq whose verdict the reaper removed (the SKIPPED test).
@@ -249,7 +274,7 @@ create table if not exists kizuna.ledger (
   verdict jsonb,
   created_at timestamptz not null default now()
 );
-create index if not exists ledger_created on kizuna.ledger (created_at);
+select kizuna.ensure_index('ledger_created', $i$create index if not exists ledger_created on kizuna.ledger (created_at)$i$);
 
 -- What each client was served, per bucket (the DELETE_WINS rule, see 005_push.sql).
 create table if not exists kizuna.client_buckets (
@@ -276,5 +301,5 @@ create table if not exists kizuna.conflicts (
   xid xid8,
   created_at timestamptz not null default now()
 );
-create index if not exists conflicts_recorded on kizuna.conflicts (recorded_seq);
-create index if not exists conflicts_unnumbered on kizuna.conflicts (xid) where recorded_seq is null;
+select kizuna.ensure_index('conflicts_recorded', $i$create index if not exists conflicts_recorded on kizuna.conflicts (recorded_seq)$i$);
+select kizuna.ensure_index('conflicts_unnumbered', $i$create index if not exists conflicts_unnumbered on kizuna.conflicts (xid) where recorded_seq is null$i$);

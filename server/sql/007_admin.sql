@@ -110,6 +110,8 @@ grant execute on all functions in schema kizuna to anon, authenticated, service_
 revoke execute on function
   kizuna.register_table(regclass, text, text, integer, boolean, regprocedure, name, text),
   kizuna.unregister_table(regclass),
+  kizuna.ensure_column(regclass, name, text),
+  kizuna.ensure_index(text, text),
   kizuna.compile_table(text),
   kizuna.analyse_bucket(kizuna.synced_tables),
   kizuna.enter_rows(text),

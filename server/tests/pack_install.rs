@@ -158,3 +158,28 @@ async fn an_upgrade_respells_keys_an_older_pack_spelled_by_a_sessions_settings()
     let again = pull_run(db.client(), &alice, DEVICE, Some(&after.checkpoint), &buckets, 100).await.unwrap();
     assert!(again.entries.is_empty(), "entered once: {:?}", again.entries);
 }
+
+/// Installing again (every gateway start does) waits for no write in flight: ADD COLUMN IF NOT
+/// EXISTS and CREATE INDEX IF NOT EXISTS locked each of the pack's tables even with nothing to
+/// do, one after another in one transaction, and a push committing meanwhile deadlocked with
+/// the install: the gateway did not start (the history checker's restarts, about 1 in 40).
+#[tokio::test]
+async fn installing_again_waits_for_no_write_in_flight() {
+    let db = TestDb::with_todos().await;
+    let writer = db.connect().await;
+    writer
+        .batch_execute(
+            "begin;
+             lock table kizuna.settings, kizuna.state, kizuna.commits, kizuna.synced_tables, kizuna.pending,
+                        kizuna.announcing, kizuna.changes, kizuna.column_versions, kizuna.ledger, kizuna.conflicts,
+                        kizuna.tx_marker, kizuna.clients, kizuna.universe_events, kizuna.universe_pending,
+                        kizuna.universe_marker
+               in row exclusive mode;",
+        )
+        .await
+        .unwrap();
+    db.exec("set lock_timeout = '3s'").await;
+    db.reinstall().await;
+    db.exec("reset lock_timeout").await;
+    writer.batch_execute("commit").await.unwrap();
+}
