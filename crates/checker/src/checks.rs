@@ -150,7 +150,9 @@ fn check_read(model: &Model, rec: &Record, read: &Read, tag: &str) -> Vec<String
         view.into_iter().map(|(k, v)| (k, vec![v.as_object().cloned()])).collect();
     let mut heard: Vec<&(crate::record::At, Heard)> = rec.heard.iter().filter(|(at, _)| *at < read.at).collect();
     heard.sort_by_key(|(at, _)| *at);
-    let commit_at = heard.iter().rposition(|(_, h)| matches!(h, Heard::Committed { .. })).unwrap_or(0);
+    // None before the device's first commit: then every refusal heard counts (as `0` it left out
+    // the first thing a device heard, a refusal's server row before any pull: seed 855 of a soak).
+    let commit_at = heard.iter().rposition(|(_, h)| matches!(h, Heard::Committed { .. }));
     for (i, (_, h)) in heard.iter().enumerate() {
         match h {
             Heard::Applied { id, seq: Some(seq), bucket, buckets } if *seq > read.horizon => {
@@ -172,7 +174,7 @@ fn check_read(model: &Model, rec: &Record, read: &Read, tag: &str) -> Vec<String
                 }
                 *options = next;
             }
-            Heard::Rejected { table, pk, server_row, buckets } if i > commit_at => {
+            Heard::Rejected { table, pk, server_row, buckets } if commit_at.is_none_or(|c| i > c) => {
                 let options = bases.entry(row_name(table, pk)).or_insert_with(|| vec![None]);
                 options.extend(buckets.iter().map(|set| in_buckets(server_row.clone(), set)));
             }
