@@ -53,12 +53,22 @@ begin
 end
 $$;
 
--- `statement` (a CREATE INDEX) unless index kizuna.<name> exists.
-create or replace function kizuna.ensure_index(name text, statement text) returns void
+-- Index kizuna.<name> `on ...` (the rest of its CREATE INDEX), unless it exists.
+create or replace function kizuna.ensure_index(name text, definition text) returns void
 language plpgsql set search_path = pg_catalog, pg_temp as $$
 begin
   if to_regclass(format('kizuna.%I', name)) is null then
-    execute statement;
+    execute format('create index if not exists %I %s', name, definition);
+  end if;
+end
+$$;
+
+-- Trigger `trigger_name` of `rel` enabled ALWAYS (it fires in replica sessions too), unless it is.
+create or replace function kizuna.ensure_enabled_always(rel regclass, trigger_name name) returns void
+language plpgsql set search_path = pg_catalog, pg_temp as $$
+begin
+  if exists (select 1 from pg_trigger t where t.tgrelid = rel and t.tgname = trigger_name and t.tgenabled <> 'A') then
+    execute format('alter table %s enable always trigger %I', rel, trigger_name);
   end if;
 end
 $$;
@@ -215,7 +225,7 @@ create unlogged table if not exists kizuna.pending (
   hlc text,                      -- the origin HLC a push stamped on this write, if any
   writer text
 );
-select kizuna.ensure_index('pending_xid', $i$create index if not exists pending_xid on kizuna.pending (xid)$i$);
+select kizuna.ensure_index('pending_xid', $i$on kizuna.pending (xid)$i$);
 
 -- One row per transaction with pending changes: its insert queues the commit-time fence trigger.
 create unlogged table if not exists kizuna.tx_marker (xid xid8 primary key);
@@ -239,8 +249,8 @@ create table if not exists kizuna.changes (
   changed_at timestamptz not null default now(),
   primary key (tbl, pk, bucket)
 );
-select kizuna.ensure_index('changes_bucket_seq', $i$create index if not exists changes_bucket_seq on kizuna.changes (bucket, seq, tbl, pk)$i$);
-select kizuna.ensure_index('changes_tombstones', $i$create index if not exists changes_tombstones on kizuna.changes (changed_at) where deleted$i$);
+select kizuna.ensure_index('changes_bucket_seq', $i$on kizuna.changes (bucket, seq, tbl, pk)$i$);
+select kizuna.ensure_index('changes_tombstones', $i$on kizuna.changes (changed_at) where deleted$i$);
 
 -- Per-column versions, for tables in hlc mode or with the conflict journal on.
 create table if not exists kizuna.column_versions (
@@ -274,7 +284,7 @@ create table if not exists kizuna.ledger (
   verdict jsonb,
   created_at timestamptz not null default now()
 );
-select kizuna.ensure_index('ledger_created', $i$create index if not exists ledger_created on kizuna.ledger (created_at)$i$);
+select kizuna.ensure_index('ledger_created', $i$on kizuna.ledger (created_at)$i$);
 
 -- What each client was served, per bucket (the DELETE_WINS rule, see 005_push.sql).
 create table if not exists kizuna.client_buckets (
@@ -301,5 +311,5 @@ create table if not exists kizuna.conflicts (
   xid xid8,
   created_at timestamptz not null default now()
 );
-select kizuna.ensure_index('conflicts_recorded', $i$create index if not exists conflicts_recorded on kizuna.conflicts (recorded_seq)$i$);
-select kizuna.ensure_index('conflicts_unnumbered', $i$create index if not exists conflicts_unnumbered on kizuna.conflicts (xid) where recorded_seq is null$i$);
+select kizuna.ensure_index('conflicts_recorded', $i$on kizuna.conflicts (recorded_seq)$i$);
+select kizuna.ensure_index('conflicts_unnumbered', $i$on kizuna.conflicts (xid) where recorded_seq is null$i$);

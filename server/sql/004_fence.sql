@@ -146,10 +146,7 @@ begin
     create constraint trigger kizuna_fence after insert on kizuna.tx_marker
       deferrable initially deferred for each row execute function kizuna.fence();
   end if;
-  -- Capture fires in replica sessions (003_registry.sql), so its fence must too. Not at every
-  -- install: ALTER TABLE locks the table every synced write inserts into (kizuna.ensure_column).
-  if exists (select 1 from pg_trigger where tgname = 'kizuna_fence' and tgrelid = 'kizuna.tx_marker'::regclass and tgenabled <> 'A') then
-    alter table kizuna.tx_marker enable always trigger kizuna_fence;
-  end if;
+  -- Capture fires in replica sessions (003_registry.sql), so its fence must too.
+  perform kizuna.ensure_enabled_always('kizuna.tx_marker', 'kizuna_fence');
 end
 $$;

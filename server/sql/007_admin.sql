@@ -112,6 +112,7 @@ revoke execute on function
   kizuna.unregister_table(regclass),
   kizuna.ensure_column(regclass, name, text),
   kizuna.ensure_index(text, text),
+  kizuna.ensure_enabled_always(regclass, name),
   kizuna.compile_table(text),
   kizuna.analyse_bucket(kizuna.synced_tables),
   kizuna.enter_rows(text),

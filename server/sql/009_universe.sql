@@ -80,12 +80,12 @@ create table if not exists kizuna.universe_events (
   ack text check (ack in ('APPLIED', 'SKIPPED'))
 );
 select kizuna.ensure_index('universe_events_pending',
-  $i$create index if not exists universe_events_pending on kizuna.universe_events (id) where acked_at is null and not dead_letter$i$);
+  $i$on kizuna.universe_events (id) where acked_at is null and not dead_letter$i$);
 select kizuna.ensure_index('universe_events_pending_key',
-  $i$create index if not exists universe_events_pending_key on kizuna.universe_events (target_table, pk)
+  $i$on kizuna.universe_events (target_table, pk)
      where acked_at is null and not dead_letter$i$);
-select kizuna.ensure_index('universe_events_acked', $i$create index if not exists universe_events_acked on kizuna.universe_events (id) where acked_at is not null$i$);
-select kizuna.ensure_index('universe_events_dead', $i$create index if not exists universe_events_dead on kizuna.universe_events (id) where dead_letter$i$);
+select kizuna.ensure_index('universe_events_acked', $i$on kizuna.universe_events (id) where acked_at is not null$i$);
+select kizuna.ensure_index('universe_events_dead', $i$on kizuna.universe_events (id) where dead_letter$i$);
 
 create unlogged table if not exists kizuna.universe_pending (
   pid bigserial primary key,
@@ -99,7 +99,7 @@ create unlogged table if not exists kizuna.universe_pending (
   latest_only boolean not null,
   max_attempts integer not null
 );
-select kizuna.ensure_index('universe_pending_xid', $i$create index if not exists universe_pending_xid on kizuna.universe_pending (xid)$i$);
+select kizuna.ensure_index('universe_pending_xid', $i$on kizuna.universe_pending (xid)$i$);
 create unlogged table if not exists kizuna.universe_marker (xid xid8 primary key);
 
 -- ---------------------------------------------------------------------------------------------
@@ -319,10 +319,7 @@ begin
     create constraint trigger kizuna_universe_fold after insert on kizuna.universe_marker
       deferrable initially deferred for each row execute function kizuna.universe_fold();
   end if;
-  if exists (select 1 from pg_trigger where tgname = 'kizuna_universe_fold' and tgrelid = 'kizuna.universe_marker'::regclass
-               and tgenabled <> 'A') then  -- not at every install: ALTER TABLE locks it (kizuna.ensure_column)
-    alter table kizuna.universe_marker enable always trigger kizuna_universe_fold;
-  end if;
+  perform kizuna.ensure_enabled_always('kizuna.universe_marker', 'kizuna_universe_fold');
 end
 $$;
 
