@@ -117,6 +117,12 @@ create or replace function kizuna.spell_key_sql(key_type text, expr text) return
               else format('(%s)::text', expr) end
 $$;
 
+-- kizuna.spell_key_sql of key column `col` of table `rel`, read from the row named `row_sql`
+-- (SQL text: `r`, `(kz_row)`).
+create or replace function kizuna.spell_column_sql(rel regclass, col name, row_sql text) returns text language sql stable as $$
+  select kizuna.spell_key_sql(kizuna.column_type(rel, col), format('%s.%I', row_sql, col))
+$$;
+
 -- A key in its one spelling: `raw` cast to the key column's type and back to text (an upper-case
 -- uuid in lower case, `007` as `7`, a timestamptz in UTC), or null when it is no value of that
 -- type, whatever the type raises for it (a data exception, a domain's CHECK). Read by the session's

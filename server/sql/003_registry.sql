@@ -61,7 +61,7 @@ begin
     language sql stable set search_path = pg_catalog, public, pg_temp as %L
   $f$, 'place_' || oid_, t.rel,
        format('select array[(%s)::text, %s] from (select (kz_row).*) as kz_cols', t.bucket_expr,
-              kizuna.spell_key_sql(kizuna.column_type(t.rel, t.pk_column), format('kz_cols.%I', t.pk_column))));
+              kizuna.spell_column_sql(t.rel, t.pk_column, 'kz_cols')));
 
   -- Which columns a write assigned (versioned tables keep per-column versions): what a push
   -- names (kizuna.insert_cols / kizuna.update_cols, set by push, '' outside it); for plain SQL,
@@ -219,13 +219,15 @@ language plpgsql security definer set search_path = pg_catalog, public, pg_temp 
 declare
   tbl regclass;
   key_col name;
+  key_type text;
   key_sql text;
   respelled boolean;
   s bigint;
 begin
   select t.rel, t.pk_column into strict tbl, key_col from kizuna.synced_tables t where t.name = wire_name;
-  key_sql := kizuna.spell_key_sql(kizuna.column_type(tbl, key_col), format('r.%I', key_col));
-  respelled := kizuna.key_follows_settings(kizuna.column_type(tbl, key_col));
+  key_type := kizuna.column_type(tbl, key_col);
+  key_sql := kizuna.spell_key_sql(key_type, format('r.%I', key_col));
+  respelled := kizuna.key_follows_settings(key_type);
   -- The number is the transaction's commit number, which the fence gives the entries written here
   -- as the transaction commits (kizuna.announcing): drawn here, the fence lock was held from this
   -- call to the end of the transaction, and every other synced commit of the database waited

@@ -375,7 +375,7 @@ begin
     -- As the per-mutation path leaves it for an arrival-mode table (the capture trigger reads it).
     perform set_config('kizuna.hlc', '', true);
     execute format('with w as (%s) select jsonb_object_agg(%s, %s), count(*), count(*) filter (where %s) from w',
-                   written, kizuna.spell_key_sql(kizuna.column_type(t.rel, t.pk_column), format('w.%I', t.pk_column)),
+                   written, kizuna.spell_column_sql(t.rel, t.pk_column, 'w'),
                    case when op = 'delete' then 'null::text' else '(' || t.bucket_expr || ')::text' end,
                    coalesce((select format('%I.%I($3, to_jsonb(w)) is not true', ns.nspname, p.proname)
                                from pg_proc p join pg_namespace ns on ns.oid = p.pronamespace where p.oid = t.gate), 'false'))

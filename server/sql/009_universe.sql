@@ -143,7 +143,7 @@ begin
   execute format('create or replace function kizuna.%I(kz_row %s) returns text language sql stable
                   set search_path = pg_catalog, public, pg_temp as %L',
     key_fn, table_rel,
-    format('select %s', kizuna.spell_key_sql(kizuna.column_type(table_rel, t.pk_column), format('(kz_row).%I', t.pk_column))));
+    'select ' || kizuna.spell_column_sql(table_rel, t.pk_column, '(kz_row)'));
 
   -- The apply_after of a row, or a constant null when the table has no expression (no call per row).
   after_old := case when t.apply_after is null then 'null' else format('kizuna.%I(old)', after_fn) end;
