@@ -17,7 +17,7 @@ use crate::row_reads::RANGE_READ_MIN;
 use crate::scheduler::Scheduler;
 use crate::store::{Store, SyncStamp, WriteTxn};
 use crate::tabs::{self, Tabs};
-use crate::transport::Transport;
+use crate::transport::{Answering, Transport};
 use crate::watch::Watches;
 
 /// An upper bound on pushes in one `sync()`: narrowing resends at once, and this guarantees the call
@@ -496,9 +496,10 @@ impl Inner {
     }
 
     /// Sends the next due slice, if any, after a step that writes what must be durable before it
-    /// goes (see `Engine::poll_push`); returns its answer. With `settle`, that step runs even when
-    /// it writes nothing, so the slice holds every write any tab committed before (`sync()`).
-    async fn send_next(&self, settle: bool) -> Result<Option<Result<PushResponse, Failure>>, ClientError> {
+    /// goes (see `Engine::poll_push`); returns its answer once its status arrived. With `settle`,
+    /// that step runs even when it writes nothing, so the slice holds every write any tab
+    /// committed before (`sync()`).
+    async fn send_next(&self, settle: bool) -> Result<Option<Result<Answering, Failure>>, ClientError> {
         let t = now();
         let unwritten = if settle { None } else { self.poll_unwritten(t) };
         let request = match unwritten {
@@ -514,7 +515,7 @@ impl Inner {
             }
         };
         Ok(match request {
-            Some(request) => Some(self.transport.push(&request).await),
+            Some(request) => Some(self.transport.push_answering(&request).await),
             None => None,
         })
     }
@@ -532,78 +533,127 @@ impl Inner {
         self.engine.borrow_mut().poll_push_unwritten(t)
     }
 
+    /// The slice to send ahead of the answer in flight (`Engine::poll_push_ahead`), on the same
+    /// terms as `poll_unwritten`: this tab leads and no write of its own is still being written
+    /// (a write whose step may yet be rolled back must not reach the server).
+    fn poll_ahead(&self, t: i64) -> Option<PushRequest> {
+        if !self.tabs.leading() || self.unsettled_writes.get() > 0 {
+            return None;
+        }
+        self.engine.borrow_mut().poll_push_ahead(t)
+    }
+
     /// Pushes until nothing is due (`settle`: see `send_next`). Returns the number of requests
     /// answered and the first failure.
-    /// One request is in flight at a time, but when sending the next slice needs nothing written
-    /// first, it goes out while the previous answer's step is still being written: the client's
-    /// own time per slice then runs beside the request instead of between two requests.
+    ///
+    /// The next slice goes as soon as an answer's status says success, before its body is read:
+    /// the writes it answers for are committed then, so the server still receives every write in
+    /// issue order, and it works on the next slice while this tab reads the answer and writes it
+    /// down. Otherwise (a failure, a slice that must write first), it goes once nothing needs
+    /// writing before it, beside the previous answer's step, or after that step.
     async fn push_all(&self, settle: bool) -> Result<(usize, Option<(Failure, ErrorClass)>), ClientError> {
         let mut answered = 0;
         let mut first_failure = None;
-        let mut answer = self.send_next(settle).await?;
-        for n in 1..=MAX_PUSHES_PER_SYNC {
-            let Some(this) = answer.take() else { break };
-            // What the answer settles: the rows of the slice's keys (read in its step unless held),
-            // and those stored under the keys its verdicts respell (`Engine::respelled_keys`, asked
-            // once the step began: it may have reloaded the engine, which then holds no row).
-            let keys = self.engine.borrow().in_flight_keys();
-            let txn = match self.begin_settling(true, &keys).await {
-                Ok(txn) => txn,
-                Err(e) => return Err(self.answer_not_taken(e).await),
+        let mut answering = self.send_next(settle).await?;
+        let mut sent = usize::from(answering.is_some());
+        let mut go_on = true;
+        while let Some(this) = answering.take() {
+            let ahead = match &this {
+                Ok(a) if a.succeeded() && go_on && sent < MAX_PUSHES_PER_SYNC => self.poll_ahead(now()),
+                _ => None,
             };
-            let respelled = match &this {
-                Ok(response) => self.engine.borrow().respelled_keys(response),
-                Err(_) => Vec::new(),
-            };
-            if !respelled.is_empty() {
-                match txn.rows(&respelled).await {
-                    Ok(found) => self.engine.borrow_mut().remember_respelled(&respelled, &found),
-                    Err(e) => {
-                        txn.abort();
-                        return Err(self.answer_not_taken(e).await);
-                    }
-                }
+            if let Some(request) = ahead {
+                sent += 1;
+                // The request is polled first, so it is on the wire before this answer is read.
+                let (next, taken) = futures_util::join!(self.transport.push_answering(&request), async {
+                    let (txn, stepped, failure) = self.take_answer(Transport::push_answer(this).await).await?;
+                    self.conclude(txn, Ok((stepped, ()))).await?;
+                    Ok::<_, ClientError>(failure)
+                });
+                // A step that could not be written reloaded the engine from the store, and a
+                // failure lets the answer ahead go (`Engine::on_push_failure`): that answer is
+                // dropped, and its writes, still queued, go again (the server answers them from
+                // its ledger).
+                let failure = taken?;
+                answering = failure.is_none().then_some(next);
+                self.count_answer(failure, &mut answered, &mut first_failure, &mut go_on);
+                continue;
             }
-            let t = now();
-            let (stepped, go_on) = match this {
-                Ok(response) => {
-                    answered += 1;
-                    (self.engine.borrow_mut().on_push_response(t, response), true)
-                }
-                Err(failure) => {
-                    let class = ErrorClass::of(failure.status, Some(&failure.code));
-                    let stepped = self.engine.borrow_mut().on_push_failure(t, failure.clone());
-                    let retryable = class.is_retryable();
-                    first_failure.get_or_insert((failure, class));
-                    (stepped, !retryable)
-                }
-            };
-            let go_on = go_on && n < MAX_PUSHES_PER_SYNC;
-            let pipelined = if go_on { self.poll_unwritten(now()) } else { None };
-            match pipelined {
+            let (txn, stepped, failure) = self.take_answer(Transport::push_answer(this).await).await?;
+            self.count_answer(failure, &mut answered, &mut first_failure, &mut go_on);
+            let more = go_on && sent < MAX_PUSHES_PER_SYNC;
+            match if more { self.poll_unwritten(now()) } else { None } {
                 Some(request) => {
+                    sent += 1;
                     // The request is polled first, so it is on the wire before the step's writes
                     // are handed to IndexedDB (at once with a token provider that returns a
                     // string; one that returns a promise lets the writes go first).
                     let (next, written) = futures_util::join!(
-                        self.transport.push(&request),
+                        self.transport.push_answering(&request),
                         self.conclude(txn, Ok((stepped, ())))
                     );
-                    // A step that could not be written reloaded the engine from the store: the next
-                    // slice's answer is dropped, and its writes, still queued, go again (the server
-                    // answers them from its ledger).
                     written?;
-                    answer = Some(next);
+                    answering = Some(next);
                 }
                 None => {
                     self.conclude(txn, Ok((stepped, ()))).await?;
-                    if go_on {
-                        answer = self.send_next(false).await?;
+                    if more {
+                        answering = self.send_next(false).await?;
+                        sent += usize::from(answering.is_some());
                     }
                 }
             }
         }
         Ok((answered, first_failure))
+    }
+
+    /// An answer's (or a failure's) place in a `push_all`: answers counted, the first failure
+    /// kept, and no more requests after a retryable failure.
+    fn count_answer(&self, failure: Option<Failure>, answered: &mut usize, first_failure: &mut Option<(Failure, ErrorClass)>, go_on: &mut bool) {
+        match failure {
+            None => *answered += 1,
+            Some(failure) => {
+                let class = ErrorClass::of(failure.status, Some(&failure.code));
+                *go_on &= !class.is_retryable();
+                first_failure.get_or_insert((failure, class));
+            }
+        }
+    }
+
+    /// The step of a push's answer or failure, taken on the engine in its transaction (still to be
+    /// concluded): the rows of the slice's keys are read first unless held, and those stored under
+    /// the keys its verdicts respell (`Engine::respelled_keys`, asked once the step began: it may
+    /// have reloaded the engine, which then holds no row). Returns the failure, if it was one.
+    async fn take_answer(&self, answer: Result<PushResponse, Failure>) -> Result<(WriteTxn<'_>, Transaction, Option<Failure>), ClientError> {
+        let keys = self.engine.borrow().in_flight_keys();
+        let txn = match self.begin_settling(true, &keys).await {
+            Ok(txn) => txn,
+            Err(e) => return Err(self.answer_not_taken(e).await),
+        };
+        let respelled = match &answer {
+            Ok(response) => self.engine.borrow().respelled_keys(response),
+            Err(_) => Vec::new(),
+        };
+        if !respelled.is_empty() {
+            match txn.rows(&respelled).await {
+                Ok(found) => self.engine.borrow_mut().remember_respelled(&respelled, &found),
+                Err(e) => {
+                    txn.abort();
+                    return Err(self.answer_not_taken(e).await);
+                }
+            }
+        }
+        let t = now();
+        Ok(match answer {
+            Ok(response) => {
+                let stepped = self.engine.borrow_mut().on_push_response(t, response);
+                (txn, stepped, None)
+            }
+            Err(failure) => {
+                let stepped = self.engine.borrow_mut().on_push_failure(t, failure.clone());
+                (txn, stepped, Some(failure))
+            }
+        })
     }
 
     /// One pull run from the committed cursor to its closing page. Returns false when no pull

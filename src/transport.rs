@@ -130,21 +130,27 @@ impl Transport {
         Ok((response, controller))
     }
 
-    /// A push: its answer, read by `pages::read_push_response`.
-    pub async fn push(&self, request: &PushRequest) -> Result<PushResponse, Failure> {
-        let (status, text) = self.rpc_text("kizuna_push", request).await?;
+    /// Sends a push and waits for its answer's status and headers only (`push_answer` reads it):
+    /// a push may send the next slice between the two (`Inner::push_all`).
+    pub async fn push_answering(&self, request: &PushRequest) -> Result<Answering, Failure> {
+        self.rpc_answering("kizuna_push", request).await
+    }
+
+    /// The rest of a push's answer: its body, read by `pages::read_push_response`.
+    pub async fn push_answer(answering: Result<Answering, Failure>) -> Result<PushResponse, Failure> {
+        let (status, text) = answering?.text().await?;
         pages::read_push_response(&text).map_err(|e| undecodable(status, e))
     }
 
     /// A pull page: to stage as its text, or decoded when it closes the run (`pages.rs`).
     pub async fn pull(&self, request: &PullRequest) -> Result<Pulled, Failure> {
-        let (status, text) = self.rpc_text("kizuna_pull", request).await?;
+        let (status, text) = self.rpc_answering("kizuna_pull", request).await?.text().await?;
         pages::read_page(text).map_err(|e| undecodable(status, e))
     }
 
-    /// POSTs `{"request": body}` to `/rest/v1/rpc/<function>`: a successful answer's status and
-    /// text, or the failure.
-    async fn rpc_text<Req: Serialize>(&self, function: &str, body: &Req) -> Result<(u16, String), Failure> {
+    /// POSTs `{"request": body}` to `/rest/v1/rpc/<function>`: the answer once its status and
+    /// headers arrived, or the failure.
+    async fn rpc_answering<Req: Serialize>(&self, function: &str, body: &Req) -> Result<Answering, Failure> {
         let token = self.access_token().await?;
         // Straight to text: `json!` would build a JSON value first, and serde generates an encoder
         // of the request's types for each way of writing them.
@@ -158,19 +164,40 @@ impl Transport {
         // One deadline for the whole exchange: headers and body. A server that sends its headers
         // and then stalls must not hang the sync that waits for it.
         let deadline = js_sys::Date::now() + f64::from(self.request_timeout_ms);
-        let timed_out = || {
-            controller.abort();
-            failure(None, codes::TIMEOUT, format!("no answer within {} ms", self.request_timeout_ms))
-        };
         let response = self.response(&started, &controller).await?;
-        let status = response.status();
-        let left = (deadline - js_sys::Date::now()).max(0.0) as i32;
+        Ok(Answering { response, controller, deadline, timeout_ms: self.request_timeout_ms })
+    }
+}
+
+/// A request whose answer's status and headers have arrived; its body is still to be read.
+pub struct Answering {
+    response: Response,
+    controller: AbortController,
+    /// When the whole exchange's deadline passes (`Date.now()`).
+    deadline: f64,
+    timeout_ms: i32,
+}
+
+impl Answering {
+    /// True when the status says success: the server committed what the request asked for (an
+    /// answer's status follows its transaction's commit).
+    pub fn succeeded(&self) -> bool {
+        (200..300).contains(&self.response.status())
+    }
+
+    /// A successful answer's status and text, or the failure.
+    async fn text(self) -> Result<(u16, String), Failure> {
+        let status = self.response.status();
+        let left = (self.deadline - js_sys::Date::now()).max(0.0) as i32;
         // The body's bytes, copied into wasm memory as they are: `text()` had the browser decode
         // them into a JS string only for it to be encoded back into UTF-8 on its way in (a
         // tenth of a first sync's main-thread time went to the two, in a CPU profile).
-        let bytes = match response.array_buffer() {
+        let bytes = match self.response.array_buffer() {
             Ok(p) => match within(p, left).await {
-                None => return Err(timed_out()),
+                None => {
+                    self.controller.abort();
+                    return Err(failure(None, codes::TIMEOUT, format!("no answer within {} ms", self.timeout_ms)));
+                }
                 Some(Err(e)) => return Err(failure(Some(status), codes::NETWORK, format!("the answer was cut off: {}", describe(&e)))),
                 Some(Ok(buffer)) => js_sys::Uint8Array::new(&buffer).to_vec(),
             },

@@ -585,3 +585,83 @@ async fn a_uuid_key_written_in_upper_case_is_one_row_under_the_servers_spelling(
     assert_eq!(server_view(&user, "tags", &second).await["label"], "mine");
     reopened.close();
 }
+
+/// A backlog of writes in several slices: the next slice is on the wire while the previous
+/// answer's body is still arriving (its status already said its writes are committed), and the
+/// server still takes every write once and in the order it was made: the last write of a key
+/// that three slices carry is the row.
+#[wasm_bindgen_test]
+async fn a_backlog_goes_out_with_the_next_slice_sent_while_an_answer_is_still_arriving() {
+    let user = random_id();
+    let opts = options(&format!("ahead-{}", random_id()), &user);
+    set(&opts, "maxSlice", json!(2));
+    let (fetch, sends) = slow_push_bodies(150);
+    Reflect::set(&opts, &"fetch".into(), &fetch).unwrap();
+    let client = open(&opts).await;
+    let (a, b, c, d) = (random_id(), random_id(), random_id(), random_id());
+    let applied_before = operator(json!({"action": "status"})).await["applied_total"].as_i64().unwrap();
+    for (id, title) in [(&a, "a1"), (&b, "b1"), (&a, "a2"), (&c, "c1"), (&a, "a3"), (&d, "d1"), (&a, "a4")] {
+        ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": title})), None)).await;
+    }
+    let report = ok(client.sync()).await;
+    assert_eq!(report["pushes"], 4, "{report}");
+    let sends = sends.borrow().clone();
+    assert_eq!(sends.len(), 4);
+    assert!(
+        sends.iter().enumerate().skip(1).any(|(n, arrived)| (*arrived as usize) < n),
+        "a slice went before the answer ahead of it had arrived (answers arrived at each send: {sends:?})"
+    );
+    assert_eq!(from_js(client.pending_writes()), json!([]));
+    let applied_after = operator(json!({"action": "status"})).await["applied_total"].as_i64().unwrap();
+    assert_eq!(applied_after - applied_before, 7, "one effect per write");
+    for (id, title) in [(&a, "a4"), (&b, "b1"), (&c, "c1"), (&d, "d1")] {
+        assert_eq!(server_view(&user, "todos", id).await["title"], title, "the server holds the last write of each key");
+        assert_eq!(ok(client.get("todos".into(), id.clone().into())).await["title"], title);
+    }
+    client.close();
+}
+
+/// The first answer's status arrives and then its body is cut off, with the next slice already
+/// on the wire: both slices' writes stay pending (taking the second answer first would show an
+/// older write of a key over a newer one) and the row still shows the last write; the next sync
+/// sends both again under their ids and the server answers them from its ledger: nothing lost,
+/// nothing applied twice, the later write of each key the row.
+#[wasm_bindgen_test]
+async fn an_answer_cut_off_after_its_status_loses_nothing_with_the_next_slice_on_the_wire() {
+    let user = random_id();
+    let opts = options(&format!("cut-ahead-{}", random_id()), &user);
+    set(&opts, "maxSlice", json!(2));
+    let pushes = std::rc::Rc::new(std::cell::Cell::new(0u32));
+    let counted = pushes.clone();
+    let fetch = faulty_fetch(move |url, _| {
+        if !url.ends_with("kizuna_push") {
+            return Fault::Pass;
+        }
+        counted.set(counted.get() + 1);
+        if counted.get() == 1 { Fault::CutBody } else { Fault::Pass }
+    });
+    Reflect::set(&opts, &"fetch".into(), &fetch).unwrap();
+    let client = open(&opts).await;
+    let (a, b) = (random_id(), random_id());
+    let applied_before = operator(json!({"action": "status"})).await["applied_total"].as_i64().unwrap();
+    for (id, title) in [(&a, "a1"), (&b, "b1"), (&a, "a2"), (&b, "b2")] {
+        ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": title})), None)).await;
+    }
+    let err = call(client.sync()).await.expect_err("the cut-off answer fails the sync");
+    assert_eq!(error_code(&err), "NETWORK");
+    assert_eq!(pushes.get(), 2, "the second slice went before the first answer was read");
+    let pending: Vec<String> = from_js(client.pending_writes()).as_array().unwrap().iter().map(|w| w["columns"]["title"].as_str().unwrap_or_default().to_string()).collect();
+    assert_eq!(pending, ["a1", "b1", "a2", "b2"], "no write counts as landed on an answer taken out of order");
+    assert_eq!(ok(client.get("todos".into(), a.clone().into())).await["title"], "a2");
+    assert_eq!(ok(client.get("todos".into(), b.clone().into())).await["title"], "b2");
+
+    sleep(40).await;
+    ok(client.sync()).await;
+    assert_eq!(from_js(client.pending_writes()), json!([]));
+    let applied_after = operator(json!({"action": "status"})).await["applied_total"].as_i64().unwrap();
+    assert_eq!(applied_after - applied_before, 4, "one effect per write: the first slice was answered from the ledger");
+    assert_eq!(server_view(&user, "todos", &a).await["title"], "a2");
+    assert_eq!(server_view(&user, "todos", &b).await["title"], "b2");
+    assert_eq!(ok(client.get("todos".into(), a.clone().into())).await["title"], "a2");
+    client.close();
+}

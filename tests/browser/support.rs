@@ -123,6 +123,9 @@ pub enum Fault {
     /// Sends the request, passes the answer's status and headers on, and then stalls its body
     /// forever, as a proxy that hangs mid-answer would.
     StallBody,
+    /// Sends the request, passes the answer's status and headers on, and then breaks off its
+    /// body, as a connection dropped mid-answer would.
+    CutBody,
 }
 
 pub fn faulty_fetch(decide: impl Fn(&str, u32) -> Fault + 'static) -> Function {
@@ -151,9 +154,45 @@ pub fn faulty_fetch(decide: impl Fn(&str, u32) -> Fault + 'static) -> Function {
                 );
                 stall.call1(&JsValue::NULL, &real.call2(&global, &url, &init).unwrap()).unwrap().unchecked_into()
             }
+            Fault::CutBody => {
+                let cut = Function::new_with_args(
+                    "sent",
+                    "return sent.then((r) => new Response(new ReadableStream({ start(c) { c.error(new TypeError('connection reset (by the test)')); } }), { status: r.status, headers: r.headers }))",
+                );
+                cut.call1(&JsValue::NULL, &real.call2(&global, &url, &init).unwrap()).unwrap().unchecked_into()
+            }
         }
     });
     closure.into_js_value().unchecked_into()
+}
+
+/// A fetch whose push answers pass their status and headers on at once and their bodies `ms`
+/// later, as a slow link would deliver a large answer. Each push's request is recorded, at the
+/// moment it is sent, with the number of push answers whose body had arrived by then.
+pub fn slow_push_bodies(ms: u32) -> (Function, std::rc::Rc<std::cell::RefCell<Vec<u32>>>) {
+    let arrived = std::rc::Rc::new(std::cell::Cell::new(0u32));
+    let sends = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let counter = arrived.clone();
+    let on_body = Closure::<dyn Fn()>::new(move || counter.set(counter.get() + 1)).into_js_value();
+    let delay = Function::new_with_args(
+        "sent, ms, onBody",
+        "return sent.then((r) => new Response(new ReadableStream({ async start(c) { \
+           const body = new Uint8Array(await r.arrayBuffer()); \
+           await new Promise((done) => setTimeout(done, ms)); \
+           onBody(); c.enqueue(body); c.close(); } }), { status: r.status, headers: r.headers }))",
+    );
+    let record = sends.clone();
+    let closure = Closure::<dyn Fn(JsValue, JsValue) -> JsValue>::new(move |url: JsValue, init: JsValue| {
+        let global = js_sys::global();
+        let real: Function = Reflect::get(&global, &"fetch".into()).unwrap().unchecked_into();
+        let sent = real.call2(&global, &url, &init).unwrap();
+        if !url.as_string().unwrap_or_default().ends_with("kizuna_push") {
+            return sent;
+        }
+        record.borrow_mut().push(arrived.get());
+        delay.call3(&JsValue::NULL, &sent, &ms.into(), &on_body).unwrap()
+    });
+    (closure.into_js_value().unchecked_into(), sends)
 }
 
 /// The row as the server has it for `user`, read through a fresh client that pulls once.

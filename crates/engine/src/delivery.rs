@@ -2,10 +2,15 @@
 //! failures, retries and narrowing: `push_failures.rs`).
 //!
 //! ## Order
-//! One request is in flight at a time, carrying delivery units (a lone write, or every member
-//! of one atomic batch, never split) in issue order. A unit whose `retry_at` lies ahead blocks
-//! everything behind it, which keeps a device's writes in the order it made them (monotonic
-//! writes); only a dead letter lets a later write pass an earlier one.
+//! A request carries delivery units (a lone write, or every member of one atomic batch, never
+//! split) in issue order. A unit whose `retry_at` lies ahead blocks everything behind it, which
+//! keeps a device's writes in the order it made them (monotonic writes); only a dead letter lets
+//! a later write pass an earlier one.
+//!
+//! One request is in flight, and at most one more *ahead* of its answer: once the server has
+//! begun to answer the first with success, its writes are committed (an answer's status follows
+//! its transaction's commit), so the next slice may go while the first answer is still being read
+//! and settled, and the server still receives the writes in issue order ([`Engine::poll_push_ahead`]).
 //!
 //! Units holding a delay window (`apply_after` set) are the exception: they are skipped while
 //! held instead of blocking. The window asks for the write to apply later than the writes
@@ -29,10 +34,13 @@ use crate::records::{Millis, OutboxEntry};
 use crate::transaction::{StoreOp, Transaction};
 use crate::wire_time::rfc3339;
 
-/// The push in flight, if any.
+/// The push in flight, if any, and the one sent ahead of its answer.
 #[derive(Debug, Default)]
 pub(crate) struct PushState {
+    /// The request whose answer comes next.
     pub in_flight: Option<InFlight>,
+    /// The request sent after `in_flight` began to answer with success; it answers after it.
+    pub ahead: Option<InFlight>,
     /// Consecutive failed push requests: the backoff exponent for retryable failures.
     pub streak: u32,
 }
@@ -49,6 +57,22 @@ impl InFlight {
     }
 }
 
+impl PushState {
+    /// The request an answer (or a failure) belongs to: the one in flight, with the one sent
+    /// ahead of it moving up to be answered next.
+    pub(crate) fn take_answered(&mut self) -> Option<InFlight> {
+        let answered = self.in_flight.take();
+        self.in_flight = self.ahead.take();
+        answered
+    }
+
+    /// Nothing in flight any more: what was sent goes again, under the same ids.
+    pub(crate) fn forget(&mut self) {
+        self.in_flight = None;
+        self.ahead = None;
+    }
+}
+
 impl Engine {
     /// The next push request, if one is due: never while one is in flight or offline. The slice's
     /// entries are marked `sent` with one more attempt. The transaction writes the mark of the
@@ -59,7 +83,9 @@ impl Engine {
     /// of the slice's whole size, and a reload during the request only forgets one attempt count.
     pub fn poll_push(&mut self, now: Millis) -> Option<(PushRequest, Transaction)> {
         let units = self.due_slice(now)?;
-        Some(self.send(units))
+        let (request, tx, sent) = self.send(units);
+        self.push.in_flight = Some(sent);
+        Some((request, tx))
     }
 
     /// `poll_push` when the due slice writes nothing before it goes (it holds no latest-only
@@ -68,14 +94,43 @@ impl Engine {
     /// the due one would write. The slice is worked out once (it walks the whole outbox).
     pub fn poll_push_unwritten(&mut self, now: Millis) -> Option<PushRequest> {
         let units = self.due_slice(now)?;
-        if !units.iter().flatten().all(|seq| self.outbox.get(seq).is_some_and(|e| !e.latest_only)) {
+        if !self.writes_nothing_first(&units) {
             return None;
         }
-        Some(self.send(units).0)
+        let (request, _, sent) = self.send(units);
+        self.push.in_flight = Some(sent);
+        Some(request)
     }
 
-    /// Marks `units` sent and in flight: their request, and the marks that must be written first.
-    fn send(&mut self, units: Vec<Vec<i64>>) -> (PushRequest, Transaction) {
+    /// The next slice while one is in flight, to send once that one's answer has begun with a
+    /// success status and before it is read: its writes are then committed on the server, so this
+    /// slice reaches it after them, as issue order asks. Only a slice that writes nothing first
+    /// (as `poll_push_unwritten`), and only one ahead at a time. `None`, and nothing marked,
+    /// otherwise. The adapter must take the answers in the order the requests went: the one in
+    /// flight, then this one.
+    pub fn poll_push_ahead(&mut self, now: Millis) -> Option<PushRequest> {
+        let front = self.push.in_flight.as_ref()?;
+        if self.push.ahead.is_some() || !self.online || self.storage_held(now) {
+            return None;
+        }
+        let sent: std::collections::BTreeSet<i64> = front.seqs().collect();
+        let units = self.next_slice(now, &sent);
+        if units.is_empty() || !self.writes_nothing_first(&units) {
+            return None;
+        }
+        let (request, _, sent) = self.send(units);
+        self.push.ahead = Some(sent);
+        Some(request)
+    }
+
+    /// True when sending `units` writes no mark first (they hold no latest-only entry).
+    fn writes_nothing_first(&self, units: &[Vec<i64>]) -> bool {
+        units.iter().flatten().all(|seq| self.outbox.get(seq).is_some_and(|e| !e.latest_only))
+    }
+
+    /// Marks `units` sent: their request, the marks that must be written first, and what is then
+    /// in flight.
+    fn send(&mut self, units: Vec<Vec<i64>>) -> (PushRequest, Transaction, InFlight) {
         let mut tx = Transaction::default();
         let mut mutations = Vec::new();
         for seq in units.iter().flatten() {
@@ -87,9 +142,8 @@ impl Engine {
                 tx.ops.push(StoreOp::PutOutbox(entry.clone()));
             }
         }
-        self.push.in_flight = Some(InFlight { units });
         let request = PushRequest { protocol: PROTOCOL_VERSION, client_id: self.meta.client_id, mutations };
-        (request, tx)
+        (request, tx, InFlight { units })
     }
 
     /// Whether `poll_push` would return a slice at `now`, as far as this engine's state knows: a
@@ -104,7 +158,7 @@ impl Engine {
         if !self.online || self.push.in_flight.is_some() || self.storage_held(now) {
             return None;
         }
-        Some(self.next_slice(now)).filter(|units| !units.is_empty())
+        Some(self.next_slice(now, &Default::default())).filter(|units| !units.is_empty())
     }
 
     /// The app asked to sync now: writes waiting out the backoff of a retryable failure (the
@@ -133,11 +187,11 @@ impl Engine {
     }
 
     /// Units for the next request: ready units in issue order up to the slice width (at least
-    /// one unit, so a batch wider than the limit still goes whole), skipping held ones and
-    /// stopping at the first blocked one.
-    fn next_slice(&self, now: Millis) -> Vec<Vec<i64>> {
+    /// one unit, so a batch wider than the limit still goes whole), skipping held ones and those
+    /// already `sent` in flight, and stopping at the first blocked one.
+    fn next_slice(&self, now: Millis, sent: &std::collections::BTreeSet<i64>) -> Vec<Vec<i64>> {
         let mut read: Vec<Option<Vec<i64>>> = Vec::new();
-        let judged = self.outbox.units().map(|unit| {
+        let judged = self.outbox.units().filter(|unit| !unit.iter().any(|seq| sent.contains(seq))).map(|unit| {
             let judged = (unit.len(), self.unit_state(&unit, now));
             read.push(Some(unit));
             judged

@@ -102,7 +102,7 @@ impl Engine {
     /// one): it starts with nothing in flight and a pull due, whatever it was doing when it last
     /// led. Entries another leader had sent go again under their ids, which the server applies once.
     pub fn take_over(&mut self) {
-        self.push.in_flight = None;
+        self.push.forget();
         self.pull = PullState::new();
     }
 

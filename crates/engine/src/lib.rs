@@ -17,7 +17,9 @@
 //! * Writes: [`Engine::write`] inside the IndexedDB transaction that read `current`.
 //! * Push: [`Engine::poll_push`] → persist its transaction → send → [`Engine::on_push_response`]
 //!   or [`Engine::on_push_failure`] → persist. Call `poll_push` again right away: after a
-//!   narrowing it returns the narrower slice at once.
+//!   narrowing it returns the narrower slice at once. Once an answer's status says success (its
+//!   writes committed) and before its body is read, [`Engine::poll_push_ahead`] may give the
+//!   next slice to send at once; answers are then handed over in the order the requests went.
 //! * Pull: [`Engine::poll_pull`] → send → [`Engine::on_pull_page`] (or
 //!   [`Engine::on_pull_page_text`], the page's rows left as text) → follow the [`PullStep`]
 //!   until `Commit`, then run the [`CommitPlan`] (see `commit.rs`).

@@ -19,9 +19,15 @@ impl Engine {
     /// entry backs off, nothing is charged. Permanent: a slice of one unit is charged (and
     /// dead-lettered at `max_permanent_failures`); a wider slice is narrowed and resent at once.
     pub fn on_push_failure(&mut self, now: Millis, failure: Failure) -> Transaction {
-        let Some(in_flight) = self.push.in_flight.take() else {
+        let Some(in_flight) = self.push.take_answered() else {
             return Transaction::default();
         };
+        // A slice sent ahead of this one is answered after it, and this one's verdicts are now
+        // unknown: taking the later verdicts first would put writes the server judged later under
+        // earlier ones still pending here (a row showing an older write than the server holds).
+        // Its answer is let go, as a lost one: its writes go again after these, under the same ids,
+        // and the server answers both from its ledger.
+        self.push.in_flight = None;
         let class = ErrorClass::of(failure.status, Some(&failure.code));
         let error = failure.describe();
         self.note_failure(error.clone());

@@ -88,7 +88,7 @@ impl Engine {
     /// `REJECTED` compensates; `DELAYED` keeps the entry without counting the attempt. A
     /// mutation without a usable verdict stays pending and backs off like a retryable failure.
     pub fn on_push_response(&mut self, now: Millis, response: PushResponse) -> Transaction {
-        let Some(in_flight) = self.push.in_flight.take() else {
+        let Some(in_flight) = self.push.take_answered() else {
             self.respelled.clear();
             return Transaction::default();
         };

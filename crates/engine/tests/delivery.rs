@@ -609,3 +609,96 @@ fn a_due_delayed_write_that_failed_blocks_the_writes_behind_it() {
     h.drain(120_000);
     assert_eq!(h.server.row("todos", "k"), Some(row(json!({"title": "second"}))), "applied in the order written");
 }
+
+/// A slice sent ahead (the one in flight began to answer with success) holds the writes after
+/// the ones in flight, never the same ones, one ahead at a time; answers are taken in the order
+/// the requests went, and the server applies every write once, in issue order.
+#[test]
+fn a_slice_sent_ahead_follows_the_one_in_flight_and_is_answered_after_it() {
+    let mut h = Harness::new(Config { max_slice: 2, ..Config::default() });
+    assert!(h.engine.poll_push_ahead(h.now).is_none(), "nothing in flight to go ahead of");
+    for (pk, v) in [("a", 1), ("b", 1), ("a", 2), ("c", 1), ("a", 3)] {
+        h.write("t", pk, Op::Upsert, Some(json!({"v": v})));
+    }
+    let (first, tx) = h.engine.poll_push(h.now).unwrap();
+    h.store.apply(tx);
+    let first_answer = h.server.push(h.now, first).unwrap();
+    let ahead = h.engine.poll_push_ahead(h.now).unwrap();
+    assert_eq!(ahead.mutations.iter().map(|m| m.client_seq).collect::<Vec<_>>(), [3, 4], "the next writes, not the ones in flight");
+    assert!(h.engine.poll_push_ahead(h.now).is_none(), "one ahead at a time");
+    assert!(h.engine.poll_push(h.now).is_none() && !h.engine.push_due(h.now));
+    let ahead_answer = h.server.push(h.now, ahead).unwrap();
+
+    let keys: Vec<String> = h.engine.in_flight_keys().into_iter().map(|k| k.pk).collect();
+    assert_eq!(keys, ["a", "b"], "the first answer settles the first slice's keys");
+    let tx = h.engine.on_push_response(h.now, first_answer);
+    h.store.apply(tx);
+    let keys: Vec<String> = h.engine.in_flight_keys().into_iter().map(|k| k.pk).collect();
+    assert_eq!(keys, ["a", "c"], "then the slice that went ahead is the one in flight");
+    let tx = h.engine.on_push_response(h.now, ahead_answer);
+    h.store.apply(tx);
+    assert_eq!(h.engine.outbox().map(|e| e.seq).collect::<Vec<_>>(), [5]);
+    h.drain(60_000);
+    assert_eq!(h.server.applied_order, [1, 2, 3, 4, 5]);
+    assert_eq!(h.server.row("t", "a"), Some(row(json!({"v": 3}))));
+    assert_eq!(h.store.visible("t", "a"), Some(json!({"v": 3})));
+    assert_eq!(h.engine.status().applied, 5);
+}
+
+/// A slice that must write its marks first (a latest-only entry) is not sent ahead; offline,
+/// nothing goes ahead either. A takeover forgets both requests: their writes go again.
+#[test]
+fn a_slice_that_must_write_first_does_not_go_ahead_and_a_takeover_forgets_both() {
+    let mut h = Harness::new(Config { max_slice: 1, ..Config::default() });
+    h.write("t", "a", Op::Upsert, Some(json!({"v": 1})));
+    h.write_all(vec![LocalWrite { latest_only: Some(true), ..lw("t", "cursor", Op::Upsert, Some(json!({"v": 1}))) }]).unwrap();
+    h.write("t", "b", Op::Upsert, Some(json!({"v": 1})));
+    let (_, tx) = h.engine.poll_push(h.now).unwrap();
+    h.store.apply(tx);
+    assert!(h.engine.poll_push_ahead(h.now).is_none(), "the latest-only entry's mark is written before it goes");
+    assert_eq!(h.engine.outbox().filter(|e| e.sent).count(), 1, "nothing marked");
+
+    let mut h = Harness::new(Config { max_slice: 1, ..Config::default() });
+    h.write("t", "a", Op::Upsert, Some(json!({"v": 1})));
+    h.write("t", "b", Op::Upsert, Some(json!({"v": 1})));
+    let (_, tx) = h.engine.poll_push(h.now).unwrap();
+    h.store.apply(tx);
+    h.engine.set_online(false);
+    assert!(h.engine.poll_push_ahead(h.now).is_none(), "offline");
+    h.engine.set_online(true);
+    assert!(h.engine.poll_push_ahead(h.now).is_some());
+    h.engine.take_over();
+    assert!(h.engine.in_flight_keys().is_empty());
+    h.drain(60_000);
+    assert_eq!(h.server.applied_order, [1, 2], "both sent again, applied once each");
+}
+
+/// The first answer fails after the slice ahead went (its body was cut off, its writes committed):
+/// the slice ahead's answer is let go as well, since taking a later write's verdict before an
+/// earlier one's would show the earlier, still pending, over it. Both slices go again in order under
+/// their ids; the server answers them from its ledger: one effect each, the last write the row.
+#[test]
+fn a_failed_answer_lets_the_answer_ahead_of_it_go_and_both_go_again_in_order() {
+    let mut h = Harness::new(Config { max_slice: 2, ..Config::default() });
+    for (pk, v) in [("a", 1), ("b", 1), ("a", 2), ("b", 2)] {
+        h.write("t", pk, Op::Upsert, Some(json!({"v": v})));
+    }
+    let (first, tx) = h.engine.poll_push(h.now).unwrap();
+    h.store.apply(tx);
+    let _committed = h.server.push(h.now, first).unwrap();
+    let ahead = h.engine.poll_push_ahead(h.now).unwrap();
+    let ahead_answer = h.server.push(h.now, ahead).unwrap();
+    let tx = h.engine.on_push_failure(h.now, network());
+    h.store.apply(tx);
+    let tx = h.engine.on_push_response(h.now, ahead_answer);
+    assert!(tx.ops.is_empty(), "the answer ahead is not taken");
+    h.store.apply(tx);
+    assert_eq!(h.engine.outbox().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert_eq!(h.store.visible("t", "a"), Some(json!({"v": 2})), "the row still shows the last write");
+    h.now += 120_000;
+    h.drain(600_000);
+    assert_eq!(h.server.applied_order, [1, 2, 3, 4], "one effect each");
+    assert!(h.engine.outbox().next().is_none());
+    assert_eq!(h.store.visible("t", "a"), Some(json!({"v": 2})));
+    assert_eq!(h.engine.status().applied, 4);
+}
