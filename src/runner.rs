@@ -5,6 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::{Rc, Weak};
 
+use futures_util::future::LocalBoxFuture;
 use futures_util::lock::Mutex;
 use kizuna_engine::{Checkpoint, CommitPlan, Config, Engine, EngineError, Event, Failure, LocalWrite, PullStep, RowKey, RowRecord, StoreOp, Transaction};
 use kizuna_protocol::{ErrorClass, PullRequest, PushRequest, PushResponse};
@@ -557,26 +558,58 @@ impl Inner {
         let mut answering = self.send_next(settle).await?;
         let mut sent = usize::from(answering.is_some());
         let mut go_on = true;
+        // The request after `this`, already on the wire (sent ahead of `this` being read).
+        let mut following: Option<LocalBoxFuture<'_, Result<Answering, Failure>>> = None;
         while let Some(this) = answering.take() {
-            let ahead = match &this {
-                Ok(a) if a.succeeded() && go_on && sent < MAX_PUSHES_PER_SYNC => self.poll_ahead(now()),
-                _ => None,
-            };
-            if let Some(request) = ahead {
-                sent += 1;
-                // The request is polled first, so it is on the wire before this answer is read.
-                let (next, taken) = futures_util::join!(self.transport.push_answering(&request), async {
-                    let (txn, stepped, failure) = self.take_answer(Transport::push_answer(this).await).await?;
-                    self.conclude(txn, Ok((stepped, ()))).await?;
-                    Ok::<_, ClientError>(failure)
-                });
+            if following.is_none() {
+                let ahead = match &this {
+                    Ok(a) if a.succeeded() && go_on && sent < MAX_PUSHES_PER_SYNC => self.poll_ahead(now()),
+                    _ => None,
+                };
+                following = self.start_push(ahead).await;
+                sent += usize::from(following.is_some());
+            }
+            if let Some(next) = following.take() {
+                // This answer is read and its step taken while the next request is on the wire.
+                // Once that request's status arrives and this step is taken, the one after it goes
+                // too, while this step is still being written: the server is kept busy whatever
+                // an IndexedDB commit costs. `stepping` is held until the step is taken.
+                let stepping = Mutex::new(());
+                let step_taken = stepping.lock().await;
+                let may_send = go_on && sent < MAX_PUSHES_PER_SYNC;
+                let (after, taken) = futures_util::join!(
+                    async {
+                        let answer = next.await;
+                        let _taken = stepping.lock().await;
+                        let ahead = match &answer {
+                            Ok(a) if a.succeeded() && may_send => self.poll_ahead(now()),
+                            _ => None,
+                        };
+                        (answer, self.start_push(ahead).await)
+                    },
+                    async move {
+                        let (txn, stepped, failure) = self.take_answer(Transport::push_answer(this).await).await?;
+                        drop(step_taken);
+                        self.conclude(txn, Ok((stepped, ()))).await?;
+                        Ok::<_, ClientError>(failure)
+                    }
+                );
                 // A step that could not be written reloaded the engine from the store, and a
-                // failure lets the answer ahead go (`Engine::on_push_failure`): that answer is
-                // dropped, and its writes, still queued, go again (the server answers them from
-                // its ledger).
+                // failure lets the answer ahead go (`Engine::on_push_failure`): the answers on the
+                // wire are dropped, and their writes, still queued, go again (the server answers
+                // them from its ledger).
                 let failure = taken?;
-                answering = failure.is_none().then_some(next);
+                let (next_answer, after_next) = after;
+                sent += usize::from(after_next.is_some());
+                let failed = failure.is_some();
                 self.count_answer(failure, &mut answered, &mut first_failure, &mut go_on);
+                if !failed {
+                    answering = Some(next_answer);
+                    following = after_next;
+                } else if go_on && sent < MAX_PUSHES_PER_SYNC {
+                    answering = self.send_next(false).await?;
+                    sent += usize::from(answering.is_some());
+                }
                 continue;
             }
             let (txn, stepped, failure) = self.take_answer(Transport::push_answer(this).await).await?;
@@ -605,6 +638,17 @@ impl Inner {
             }
         }
         Ok((answered, first_failure))
+    }
+
+    /// Sends `request`, if any: the request is on the wire when this returns (with a token
+    /// provider that answers at once), and the answer's status is left to be awaited.
+    async fn start_push(&self, request: Option<PushRequest>) -> Option<LocalBoxFuture<'_, Result<Answering, Failure>>> {
+        let request = request?;
+        let mut answering: LocalBoxFuture<'_, Result<Answering, Failure>> = Box::pin(async move { self.transport.push_answering(&request).await });
+        Some(match futures_util::poll!(&mut answering) {
+            std::task::Poll::Ready(answer) => Box::pin(std::future::ready(answer)),
+            std::task::Poll::Pending => answering,
+        })
     }
 
     /// An answer's (or a failure's) place in a `push_all`: answers counted, the first failure

@@ -252,11 +252,15 @@ window.bench = {
     const bodies = [];
     // The client's own time: while no push of its waits for an answer's status (two may overlap:
     // the next slice goes once the previous answer's status arrived).
-    let pullStarted = null, waiting = 0, idleSince = null, idle = 0;
+    // Split as before the first request, between requests, and after the last answer's status.
+    let pullStarted = null, waiting = 0, idleSince = null, idle = 0, idleFirst = 0;
     const recording = (url, init) => {
       if (String(url).endsWith("/kizuna_push")) {
         bodies.push(init.body);
-        if (waiting++ === 0 && idleSince !== null) idle += now() - idleSince;
+        if (waiting++ === 0 && idleSince !== null) {
+          idle += now() - idleSince;
+          if (bodies.length === 1) idleFirst = idle;
+        }
         const answer = fetch(url, init);
         const settled = () => { if (--waiting === 0) idleSince = now(); };
         answer.then(settled, settled);
@@ -278,7 +282,8 @@ window.bench = {
     idleSince = t;
     await client.sync();
     const kz = (pullStarted ?? now()) - t;
-    if (idleSince !== null && waiting === 0) idle += (pullStarted ?? now()) - idleSince;
+    const idleLast = idleSince !== null && waiting === 0 ? (pullStarted ?? now()) - idleSince : 0;
+    idle += idleLast;
     const left = client.pendingWrites().length, dead = client.deadLetters().length;
     client.close();
     if (queued !== n || left !== 0 || dead !== 0 || rejected !== 0) {
@@ -309,7 +314,8 @@ window.bench = {
     if (applied !== n) throw new Error(`push bench: plain fetch applied ${applied} of ${n}`);
     // client_ms: the client's own time between its requests (IndexedDB, wasm), not waiting for answers.
     return { writes: n, requests: bodies.length, kizuna_ms: kz, fetch_ms: fetched, writes_per_s: n / (kz / 1000),
-             client_ms: idle, http_ratio: kz / fetched };
+             client_ms: idle, client_first_ms: idleFirst, client_between_ms: idle - idleFirst - idleLast,
+             client_last_ms: idleLast, http_ratio: kz / fetched };
   },
 
   // One device's write as another device's `change` event (wake stream on): timestamps on the
