@@ -135,11 +135,38 @@ impl Client {
         }
     }
 
-    /// One push request if one is due; true when one was sent.
+    /// One push request if one is due; true when one was sent. As the browser adapter does, once
+    /// its answer's status says success (its writes are committed), the next due slice goes before
+    /// the answer is read (`Engine::poll_push_ahead`), and the answers are taken in order.
     pub async fn push(&mut self) -> bool {
         let Some((request, tx)) = self.engine.poll_push(now_ms()) else { return false };
         self.apply(tx);
-        let result = self.transport.rpc::<_, PushResponse>("kizuna_push", &request).await;
+        let headed = self.transport.send("kizuna_push", &request).await;
+        let ahead = match &headed {
+            Ok(response) if response.status().is_success() => self.engine.poll_push_ahead(now_ms()),
+            _ => None,
+        };
+        let ahead_headed = match &ahead {
+            Some(next) => Some(self.transport.send("kizuna_push", next).await),
+            None => None,
+        };
+        let failed = !self.take_push_answer(&request, Transport::read(headed).await);
+        if let (Some(next), Some(headed)) = (ahead, ahead_headed) {
+            let result = Transport::read::<PushResponse>(headed).await;
+            if failed {
+                // The engine let this answer go with the failure before it; its writes go again.
+                for m in &next.mutations {
+                    self.rec.note(format!("sent {} (client_seq {}) ahead -> answer let go after the failure before it", m.pk, m.client_seq));
+                }
+            } else {
+                self.take_push_answer(&next, result);
+            }
+        }
+        true
+    }
+
+    /// Hands a push's answer (or failure) to the engine, as the adapter's step does; false for a failure.
+    fn take_push_answer(&mut self, request: &kizuna_engine::protocol::PushRequest, result: Result<PushResponse, kizuna_engine::Failure>) -> bool {
         for m in &request.mutations {
             let verdict = result.as_ref().ok().and_then(|r| r.verdicts.iter().find(|v| v.id == m.id));
             let answer = match (verdict, &result) {
@@ -156,12 +183,13 @@ impl Client {
             let respelled = self.engine.respelled_keys(response);
             self.engine.remember_respelled(&respelled, &self.store.rows_of(&respelled));
         }
+        let ok = result.is_ok();
         let tx = match result {
             Ok(response) => self.engine.on_push_response(now_ms(), response),
             Err(failure) => self.engine.on_push_failure(now_ms(), failure),
         };
         self.apply(tx);
-        true
+        ok
     }
 
     /// A push whose tab goes away while it is on the wire: sent, its answer never read, then a

@@ -33,15 +33,23 @@ impl Transport {
 
     /// One RPC: the answer, or the failure the client adapter would report.
     pub async fn rpc<Req: Serialize, Res: DeserializeOwned>(&self, function: &str, request: &Req) -> Result<Res, Failure> {
-        let network = |message: String| Failure { status: None, code: "NETWORK".into(), message };
-        let response = self
-            .http
+        Self::read(self.send(function, request).await).await
+    }
+
+    /// Sends one RPC and waits for its answer's status and headers only (`read` reads the rest).
+    pub async fn send<Req: Serialize>(&self, function: &str, request: &Req) -> Result<reqwest::Response, Failure> {
+        self.http
             .post(format!("{}/rest/v1/rpc/{function}", self.url))
             .bearer_auth(&self.token)
             .json(&serde_json::json!({ "request": request }))
             .send()
             .await
-            .map_err(|e| network(format!("request failed: {e}")))?;
+            .map_err(|e| network(format!("request failed: {e}")))
+    }
+
+    /// The rest of an answer `send` began: the answer, or the failure the client adapter would report.
+    pub async fn read<Res: DeserializeOwned>(response: Result<reqwest::Response, Failure>) -> Result<Res, Failure> {
+        let response = response?;
         let status = response.status().as_u16();
         let text = response.text().await.map_err(|e| network(format!("body failed: {e}")))?;
         if status != 200 {
@@ -53,4 +61,8 @@ impl Transport {
         }
         serde_json::from_str(&text).map_err(|e| network(format!("undecodable answer: {e}")))
     }
+}
+
+fn network(message: String) -> Failure {
+    Failure { status: None, code: "NETWORK".into(), message }
 }
