@@ -261,7 +261,7 @@ async fn a_reload_while_a_push_is_in_flight_loses_nothing_and_applies_once() {
     let user = random_id();
     let name = format!("reload-in-flight-{}", random_id());
     let id = random_id();
-    let applied_before = operator(json!({"action": "status"})).await["applied_total"].as_i64().unwrap();
+    let applied_before = applied_total().await;
     let opts = options(&name, &user);
     let sent = std::rc::Rc::new(std::cell::Cell::new(false));
     let on_wire = sent.clone();
@@ -286,7 +286,7 @@ async fn a_reload_while_a_push_is_in_flight_loses_nothing_and_applies_once() {
     ok(client.sync()).await;
     assert_eq!(from_js(client.pending_writes()), json!([]));
     assert_eq!(server_view(&user, "todos", &id).await["title"], "in flight");
-    let applied_after = operator(json!({"action": "status"})).await["applied_total"].as_i64().unwrap();
+    let applied_after = applied_total().await;
     assert_eq!(applied_after - applied_before, 1, "one effect: the resend was answered from the ledger");
     client.close();
 }
@@ -599,7 +599,7 @@ async fn a_backlog_goes_out_with_the_next_slice_sent_while_an_answer_is_still_ar
     Reflect::set(&opts, &"fetch".into(), &fetch).unwrap();
     let client = open(&opts).await;
     let (a, b, c, d) = (random_id(), random_id(), random_id(), random_id());
-    let applied_before = operator(json!({"action": "status"})).await["applied_total"].as_i64().unwrap();
+    let applied_before = applied_total().await;
     for (id, title) in [(&a, "a1"), (&b, "b1"), (&a, "a2"), (&c, "c1"), (&a, "a3"), (&d, "d1"), (&a, "a4")] {
         ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": title})), None)).await;
     }
@@ -612,7 +612,7 @@ async fn a_backlog_goes_out_with_the_next_slice_sent_while_an_answer_is_still_ar
         "a slice went before the answer ahead of it had arrived (answers arrived at each send: {sends:?})"
     );
     assert_eq!(from_js(client.pending_writes()), json!([]));
-    let applied_after = operator(json!({"action": "status"})).await["applied_total"].as_i64().unwrap();
+    let applied_after = applied_total().await;
     assert_eq!(applied_after - applied_before, 7, "one effect per write");
     for (id, title) in [(&a, "a4"), (&b, "b1"), (&c, "c1"), (&d, "d1")] {
         assert_eq!(server_view(&user, "todos", id).await["title"], title, "the server holds the last write of each key");
@@ -643,7 +643,7 @@ async fn an_answer_cut_off_after_its_status_loses_nothing_with_the_next_slice_on
     Reflect::set(&opts, &"fetch".into(), &fetch).unwrap();
     let client = open(&opts).await;
     let (a, b) = (random_id(), random_id());
-    let applied_before = operator(json!({"action": "status"})).await["applied_total"].as_i64().unwrap();
+    let applied_before = applied_total().await;
     for (id, title) in [(&a, "a1"), (&b, "b1"), (&a, "a2"), (&b, "b2")] {
         ok(client.put("todos".into(), id.clone().into(), to_js(&json!({"id": id, "title": title})), None)).await;
     }
@@ -658,7 +658,7 @@ async fn an_answer_cut_off_after_its_status_loses_nothing_with_the_next_slice_on
     sleep(40).await;
     ok(client.sync()).await;
     assert_eq!(from_js(client.pending_writes()), json!([]));
-    let applied_after = operator(json!({"action": "status"})).await["applied_total"].as_i64().unwrap();
+    let applied_after = applied_total().await;
     assert_eq!(applied_after - applied_before, 4, "one effect per write: the first slice was answered from the ledger");
     assert_eq!(server_view(&user, "todos", &a).await["title"], "a2");
     assert_eq!(server_view(&user, "todos", &b).await["title"], "b2");

@@ -233,6 +233,11 @@ pub async fn operator(request: Value) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// The server's count of applied mutations, all callers together (the operator's `status`).
+pub async fn applied_total() -> i64 {
+    operator(json!({"action": "status"})).await["applied_total"].as_i64().expect("status counts applied mutations")
+}
+
 /// The operator reaps now with zero tombstone retention, so every checkpoint older than the newest
 /// tombstone expires (as it would after the retention window on a real server).
 pub async fn reap_all_tombstones() -> Value {
