@@ -528,20 +528,20 @@ impl Inner {
     /// refused (`begin`). Without it the push of a lone write, on the path of every wake-up of
     /// another device, waited for a store transaction that wrote nothing.
     fn poll_unwritten(&self, t: i64) -> Option<PushRequest> {
-        if !self.tabs.leading() || self.unsettled_writes.get() > 0 {
-            return None;
-        }
-        self.engine.borrow_mut().poll_push_unwritten(t)
+        self.may_send_unwritten().then(|| self.engine.borrow_mut().poll_push_unwritten(t)).flatten()
     }
 
     /// The slice to send ahead of the answer in flight (`Engine::poll_push_ahead`), on the same
-    /// terms as `poll_unwritten`: this tab leads and no write of its own is still being written
-    /// (a write whose step may yet be rolled back must not reach the server).
+    /// terms as `poll_unwritten`.
     fn poll_ahead(&self, t: i64) -> Option<PushRequest> {
-        if !self.tabs.leading() || self.unsettled_writes.get() > 0 {
-            return None;
-        }
-        self.engine.borrow_mut().poll_push_ahead(t)
+        self.may_send_unwritten().then(|| self.engine.borrow_mut().poll_push_ahead(t)).flatten()
+    }
+
+    /// Whether a slice may go with no store transaction first: this tab leads, and no write of its
+    /// own is still being written (a write whose step may yet be rolled back must not reach the
+    /// server).
+    fn may_send_unwritten(&self) -> bool {
+        self.tabs.leading() && self.unsettled_writes.get() == 0
     }
 
     /// Pushes until nothing is due (`settle`: see `send_next`). Returns the number of requests
