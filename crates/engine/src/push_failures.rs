@@ -27,7 +27,7 @@ impl Engine {
         // earlier ones still pending here (a row showing an older write than the server holds).
         // Its answer is let go, as a lost one: its writes go again after these, under the same ids,
         // and the server answers both from its ledger.
-        self.push.in_flight = None;
+        self.push.forget();
         let class = ErrorClass::of(failure.status, Some(&failure.code));
         let error = failure.describe();
         self.note_failure(error.clone());
