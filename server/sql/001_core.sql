@@ -203,6 +203,11 @@ create table if not exists kizuna.synced_tables (
 -- null when the expression reads a table (a subquery) or could not be analysed: such tables take
 -- the per-mutation path. Filled by kizuna.compile_table.
 select kizuna.ensure_column('kizuna.synced_tables', 'bucket_functions', $d$oid[]$d$);
+-- Whether the bucket expression's text may follow the writing session's settings (a date or time
+-- it renders: DateStyle, TimeZone; a float: extra_float_digits; kizuna.tree_follows_settings):
+-- such a table's bucket is computed under fixed settings (kizuna.fixed_settings), and it takes the
+-- per-mutation push path. Filled by kizuna.compile_table; null until then.
+select kizuna.ensure_column('kizuna.synced_tables', 'bucket_follows_settings', $d$boolean$d$);
 -- The table's columns (names and types, kizuna.table_shape) when it was last registered: a
 -- registration that finds them changed announces every row again (kizuna.register_table).
 select kizuna.ensure_column('kizuna.synced_tables', 'shape', $d$text$d$);

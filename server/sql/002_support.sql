@@ -77,6 +77,15 @@ create or replace function kizuna.is_server_fault(state text) returns boolean la
       or state in ('XX001', 'XX002')
 $$;
 
+-- The SET clauses under which the pack writes a value as text the same for every session: ISO
+-- dates, UTC with its offset, floats that read back exactly, hex bytea, C locale for money and
+-- numbers (to_char). One text, for kizuna.key_spelling and for the compiled bucket functions of
+-- tables whose bucket expression follows settings (kizuna.compile_table).
+create or replace function kizuna.fixed_settings() returns text language sql immutable as $$
+  select $s$set datestyle = 'ISO, MDY' set timezone = 'UTC' set intervalstyle = 'postgres' set extra_float_digits = 1
+    set bytea_output = 'hex' set lc_monetary = 'C' set lc_numeric = 'C'$s$
+$$;
+
 -- A key value as text, whatever the settings of the session that reads it. A timestamptz is
 -- written as text by TimeZone and DateStyle, a date or time by DateStyle, an interval by
 -- IntervalStyle, a float by extra_float_digits, bytea by bytea_output, money by lc_monetary: a row
@@ -87,24 +96,29 @@ $$;
 -- planned again at each call from another SQL function (the capture trigger's reading of a row),
 -- 12 µs a call where this costs 4 (100,000 calls). kizuna.spell_key_sql calls it only for the
 -- types whose text follows a setting.
-create or replace function kizuna.key_spelling(key anyelement) returns text language plpgsql stable
-  set datestyle = 'ISO, MDY' set timezone = 'UTC' set intervalstyle = 'postgres' set extra_float_digits = 1
-  set bytea_output = 'hex' set lc_monetary = 'C'
-as $$
+do $do$
 begin
-  return key::text;
+  execute format($f$
+    create or replace function kizuna.key_spelling(key anyelement) returns text language plpgsql stable %s
+    as $$
+    begin
+      return key::text;
+    end
+    $$
+  $f$, kizuna.fixed_settings());
 end
-$$;
+$do$;
 
 -- True unless the text of a value of type `key_type` (as format_type names it) is the same under
 -- any setting of the session: text and character types, uuid, integers, numeric, boolean, network
--- and bit types, enums, citext. A type it cannot name follows them, to be safe.
+-- and bit types, json and jsonb (their numbers are numeric), enums, citext. A type it cannot name
+-- follows them, to be safe.
 create or replace function kizuna.key_follows_settings(key_type text) returns boolean language sql stable as $$
   select coalesce((
     select not (b.typtype = 'e' or b.typname = 'citext'
                 or b.typnamespace = 'pg_catalog'::regnamespace
                    and b.typname in ('text', 'varchar', 'bpchar', 'name', 'char', 'uuid', 'int2', 'int4', 'int8', 'oid',
-                                     'numeric', 'bool', 'inet', 'cidr', 'macaddr', 'macaddr8', 'bit', 'varbit'))
+                                     'numeric', 'bool', 'inet', 'cidr', 'macaddr', 'macaddr8', 'bit', 'varbit', 'json', 'jsonb'))
       from pg_type y join pg_type b on b.oid = coalesce(nullif(y.typbasetype, 0), y.oid)
      where y.oid = to_regtype(key_type)), true)
 $$;
@@ -474,4 +488,20 @@ begin
                        or (p.pronamespace = 'auth'::regnamespace and p.proname in ('uid', 'jwt', 'role') and p.pronargs = 0)
                      from pg_proc p where p.oid = f), false);
 end
+$$;
+
+-- Whether an expression, as PostgreSQL stores it (`tree`: a pg_node_tree as text, such as a check
+-- constraint's conbin), may give text that follows the session's settings: some value in it is of a
+-- type whose text follows them (kizuna.key_follows_settings: a column, a constant, a cast's or a
+-- function's result, CURRENT_DATE), or it calls a function that is not immutable (to_char of a
+-- timestamptz reads TimeZone, of a number lc_numeric), but for `text || value`, whose text is its
+-- value's, and auth.uid/jwt/role. Built-in functions and types are in no pg_depend entry (they are
+-- pinned), so the tree itself is read. Errs towards true.
+create or replace function kizuna.tree_follows_settings(tree text) returns boolean language sql stable as $$
+  select exists (select 1 from regexp_matches(tree,
+                   ':(?:vartype|consttype|funcresulttype|opresulttype|resulttype|casetype|coalescetype|minmaxtype|array_typeid|row_typeid|type) (\d+)', 'g') m
+                  where kizuna.key_follows_settings(format_type(m[1]::oid, null)))
+      or exists (select 1 from regexp_matches(tree, ':(?:funcid|opfuncid) (\d+)', 'g') m
+                  where m[1]::oid not in ('pg_catalog.textanycat'::regproc, 'pg_catalog.anytextcat'::regproc)
+                    and not kizuna.is_pure_function(m[1]::oid))
 $$;

@@ -7,7 +7,7 @@
 -- Admin only: EXECUTE is revoked from the API roles (see 007_admin.sql).
 
 -- Bump when the capture template changes: installs recompile every registered table once.
-create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 12';
+create or replace function kizuna.compile_version() returns integer language sql immutable as 'select 13';
 
 -- Drops the indexes of table `rel`'s deleted keys (kizuna.deleted_index names them), but `keep`.
 -- Called by compile_table and unregister_table (admin only, as they are).
@@ -34,17 +34,25 @@ declare
   versioned boolean;
   cols_expr text;
   deleted_index text;
+  settings text;
 begin
   select * into strict t from kizuna.synced_tables where name = table_name;
   oid_ := t.rel::oid::text;
   versioned := t.conflict_mode = 'hlc' or t.journal;
+  perform kizuna.analyse_bucket(t);
+  -- An expression that renders a date or time as text (`'day:' || to_char(at, 'YYYY-MM-DD')`)
+  -- runs under fixed settings: run as written, it put a row written by a session in Asia/Tokyo in
+  -- another bucket than the same row written by the gateway. About 3.5 µs a row written, so only
+  -- where the expression may follow them.
+  settings := case when (select s.bucket_follows_settings from kizuna.synced_tables s where s.name = t.name)
+                   then kizuna.fixed_settings() else '' end;
 
   -- The bucket of a row: the admin's expression with the row's columns in scope; null = no bucket.
   execute format($f$
     create or replace function kizuna.%I(kz_row %s) returns text
-    language sql stable set search_path = pg_catalog, public, pg_temp as
+    language sql stable set search_path = pg_catalog, public, pg_temp %s as
     'select (%s)::text from (select (kz_row).*) as kz_cols'
-  $f$, 'bucket_' || oid_, t.rel, replace(t.bucket_expr, '''', ''''''));
+  $f$, 'bucket_' || oid_, t.rel, settings, replace(t.bucket_expr, '''', ''''''));
 
   -- The capture trigger's reading of a row: its bucket and its key as text, in one call. Read as
   -- `new.<key>` in PL/pgSQL, the key's type was kept in the trigger's cached plans: once a
@@ -58,8 +66,8 @@ begin
   -- session's settings (kizuna.spell_key_sql), as a push spells it.
   execute format($f$
     create or replace function kizuna.%I(kz_row %s) returns text[]
-    language sql stable set search_path = pg_catalog, public, pg_temp as %L
-  $f$, 'place_' || oid_, t.rel,
+    language sql stable set search_path = pg_catalog, public, pg_temp %s as %L
+  $f$, 'place_' || oid_, t.rel, settings,
        format('select array[(%s)::text, %s] from (select (kz_row).*) as kz_cols', t.bucket_expr,
               kizuna.spell_column_sql(t.rel, t.pk_column, 'kz_cols')));
 
@@ -131,7 +139,6 @@ begin
 
   execute format('create or replace trigger kizuna_capture after insert or update or delete on %s
                   for each row execute function kizuna.%I()', t.rel, 'capture_' || oid_);
-  perform kizuna.analyse_bucket(t);
   -- TRUNCATE fires no row triggers, so it would silently bypass sync: refuse it.
   execute format('create or replace trigger kizuna_no_truncate before truncate on %s
                   for each statement execute function kizuna.refuse_truncate()', t.rel);
@@ -161,11 +168,14 @@ $$;
 -- Records which functions the bucket expression calls, or null when it reads a table: the
 -- set-based push path (005_push_runs.sql) takes only tables whose rows' buckets depend on the row
 -- alone. The expression is parsed as a check constraint of an empty temporary copy of the table
--- (never the table itself): PostgreSQL refuses subqueries there and records what it calls.
+-- (never the table itself): PostgreSQL refuses subqueries there and records what it calls. Records
+-- too whether its text may follow the session's settings (kizuna.tree_follows_settings; true when
+-- it could not be analysed).
 create or replace function kizuna.analyse_bucket(t kizuna.synced_tables) returns void
 language plpgsql security definer set search_path = pg_catalog, public, pg_temp as $$
 declare
   called oid[];
+  follows boolean := true;
 begin
   begin
     if to_regclass('pg_temp.kizuna_bucket_probe') is not null then
@@ -177,14 +187,17 @@ begin
     select coalesce(array_agg(distinct f), '{}') into called
       from pg_constraint k cross join lateral kizuna.called_functions('pg_constraint'::regclass, k.oid) f
      where k.conrelid = 'pg_temp.kizuna_bucket_probe'::regclass;
+    select kizuna.tree_follows_settings(k.conbin::text) into follows
+      from pg_constraint k where k.conrelid = 'pg_temp.kizuna_bucket_probe'::regclass;
     drop table pg_temp.kizuna_bucket_probe;
   exception when others then
     if kizuna.is_server_fault(sqlstate) then
       raise;
     end if;
     called := null;  -- a subquery, or anything a check constraint cannot hold
+    follows := true;
   end;
-  update kizuna.synced_tables set bucket_functions = called where name = t.name;
+  update kizuna.synced_tables set bucket_functions = called, bucket_follows_settings = follows where name = t.name;
 end
 $$;
 
@@ -452,8 +465,12 @@ begin
     -- Compiled before keys were spelled by no session's settings (version 12): a key whose text
     -- follows them may be in the change log under another spelling, which devices hold as a
     -- second row. Entered again: the row under its one spelling, the other a tombstone.
-    if v < 12 and exists (select 1 from kizuna.synced_tables t where t.name = n
-                           and kizuna.key_follows_settings(kizuna.column_type(t.rel, t.pk_column))) then
+    -- Compiled before a bucket expression that follows settings ran under fixed ones (version 13):
+    -- a row may be in the bucket its writer's session rendered. Entered again: the row in its one
+    -- bucket, the entry in the other a tombstone.
+    if exists (select 1 from kizuna.synced_tables t where t.name = n
+                and (v < 12 and kizuna.key_follows_settings(kizuna.column_type(t.rel, t.pk_column))
+                     or v < 13 and t.bucket_follows_settings)) then
       perform kizuna.enter_rows(n);
     end if;
   end loop;

@@ -13,7 +13,8 @@
 --     to be refused is an error raised while writing, or its gate, or no row affected;
 --   - nothing that runs per row can tell one statement from several (kizuna.run_ops): the table
 --     is in arrival mode without journal; its policies, checks, defaults and its bucket expression
---     read no rows and call only immutable functions (or auth.uid/jwt/role); its gate is immutable;
+--     read no rows and call only immutable functions (or auth.uid/jwt/role), and the bucket's text
+--     follows no setting of the session (kizuna.tree_follows_settings); its gate is immutable;
 --     no deferrable constraint; no AFTER or statement trigger of the app's (foreign keys to other
 --     tables are checked at the statement's end, against rows a run does not write); BEFORE ROW
 --     triggers only for upserts, which a run feeds in the slice's order (a BEFORE ROW trigger sees
@@ -151,6 +152,9 @@ begin
      and kizuna.key_is_exact(t.rel, t.pk_column)
      and t.bucket_functions is not null
      and not exists (select 1 from unnest(t.bucket_functions) f where not kizuna.is_pure_function(f))
+     -- A run writes each row's bucket into its verdict as the session renders it; the change log
+     -- holds it as rendered under fixed settings (kizuna.compile_table).
+     and t.bucket_follows_settings is false
      and (t.gate is null or kizuna.is_pure_function(t.gate))
      and exists (select 1 from pg_class c where c.oid = t.rel and c.relkind = 'r' and not c.relhasrules
                     and not c.relhassubclass and not c.relispartition)

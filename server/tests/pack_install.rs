@@ -159,6 +159,44 @@ async fn an_upgrade_respells_keys_an_older_pack_spelled_by_a_sessions_settings()
     assert!(again.entries.is_empty(), "entered once: {:?}", again.entries);
 }
 
+/// Installing this pack over one that ran bucket expressions under the writing session's settings
+/// moves a row that such a session put in another bucket into the one its expression gives under
+/// fixed settings: the device subscribed to the day the row is in gets it, the other loses it.
+/// Once: installing again enters nothing.
+#[tokio::test]
+async fn an_upgrade_moves_a_row_an_older_pack_bucketed_by_a_sessions_settings() {
+    let db = TestDb::new().await;
+    db.owned_table("notes", "id text primary key, label text", "").await;
+    db.exec(&format!(
+        "create table public.shifts (id text primary key, at timestamptz, owner uuid not null default auth.uid());
+         grant select on public.shifts to authenticated;
+         select kizuna.register_table('public.shifts', bucket => $$'day:' || to_char(at, 'YYYY-MM-DD')$$);
+         insert into public.shifts values ('s1', '2026-12-07 20:00+00', '{ALICE}');
+         insert into public.notes values ('n1', 'a', '{ALICE}');"
+    ))
+    .await;
+    // As a pack before version 13 left the log after the row was written from a session in Tokyo.
+    db.exec("update kizuna.changes set bucket = 'day:2026-12-08' where tbl = 'shifts';
+             update kizuna.synced_tables set compiled_version = 12;")
+        .await;
+    let alice = Caller::user(ALICE);
+    let buckets = ["day:2026-12-07", "day:2026-12-08"];
+    let before = pull_run(db.client(), &alice, DEVICE, None, &buckets, 100).await.unwrap();
+    let notes_log = "select jsonb_agg(to_jsonb(c) order by seq) from kizuna.changes c where tbl = 'notes'";
+    let notes_before: Value = db.one(notes_log).await;
+
+    db.reinstall().await;
+    let after = pull_run(db.client(), &alice, DEVICE, Some(&before.checkpoint), &buckets, 100).await.unwrap();
+    let mut seen: Vec<(String, bool)> =
+        after.entries.iter().map(|e| (e["bucket"].as_str().unwrap().to_string(), e["deleted"] == json!(true))).collect();
+    seen.sort();
+    assert_eq!(seen, [("day:2026-12-07".to_string(), false), ("day:2026-12-08".to_string(), true)], "{:?}", after.entries);
+    assert_eq!(db.one::<Value>(notes_log).await, notes_before, "a table whose bucket follows no setting is left as it was");
+    db.reinstall().await;
+    let again = pull_run(db.client(), &alice, DEVICE, Some(&after.checkpoint), &buckets, 100).await.unwrap();
+    assert!(again.entries.is_empty(), "entered once: {:?}", again.entries);
+}
+
 /// Installing again (every gateway start does) waits for no write in flight: ADD COLUMN IF NOT
 /// EXISTS and CREATE INDEX IF NOT EXISTS locked each of the pack's tables even with nothing to
 /// do, one after another in one transaction, and a push committing meanwhile deadlocked with

@@ -713,6 +713,48 @@ async fn a_key_whose_text_follows_session_settings_has_one_spelling_whoever_writ
     assert_eq!(db.one::<String>("select pk from kizuna.universe_events").await, "2026-12-07");
 }
 
+/// A bucket expression that renders a date or time as text puts a row in one bucket whichever
+/// session writes it: plain SQL in an admin's psql set to Tokyo and `DateStyle = 'SQL, DMY'`, a
+/// lone push and a set-based run through a session set so. Run as written, the expression put the
+/// admin's row in the next day's bucket (`day:2026-12-08/07/12/2026`), so the devices subscribed
+/// to the day it is in never heard of it, and a run's verdicts named the session's rendering.
+#[tokio::test]
+async fn a_bucket_that_renders_a_date_is_the_same_whoever_writes_the_row() {
+    let db = TestDb::new().await;
+    db.exec(
+        "create table public.shifts (id text primary key, at timestamptz, d date, owner uuid not null default auth.uid());
+         alter table public.shifts enable row level security;
+         create policy own on public.shifts using (owner = auth.uid()) with check (owner = auth.uid());
+         grant select, insert, update, delete on public.shifts to authenticated;
+         select kizuna.register_table('public.shifts', bucket => $$'day:' || to_char(at, 'YYYY-MM-DD') || '/' || d::text$$);",
+    )
+    .await;
+    let day = "day:2026-12-07/2026-12-07";
+    let tokyo = "reset all; set timezone = 'Asia/Tokyo'; set datestyle = 'SQL, DMY'";
+    let admin = db.connect().await;
+    admin.batch_execute(tokyo).await.unwrap();
+    admin
+        .batch_execute(&format!("insert into public.shifts values ('admin', '2026-12-07 20:00+00', '2026-12-07', '{ALICE}')"))
+        .await
+        .unwrap();
+
+    db.exec(tokyo).await;
+    let alice = Caller::user(ALICE);
+    let row = json!({"at": "2026-12-07T20:00:00Z", "d": "2026-12-07"});
+    let lone = db.push(&alice, push_request(DEVICE, vec![mutation(1, "shifts", "lone", "upsert", row.clone())])).await.unwrap();
+    let run: Vec<Value> = (0..6).map(|i| mutation(2 + i, "shifts", &format!("run{i}"), "upsert", row.clone())).collect();
+    let run = db.push(&alice, push_request(DEVICE, run)).await.unwrap();
+    for r in [&lone, &run] {
+        assert!(r["verdicts"].as_array().unwrap().iter().all(|v| v["status"] == "APPLIED" && v["bucket"] == day), "{r}");
+    }
+    db.exec("reset all").await;
+    let buckets: Value = db
+        .one("select jsonb_agg(distinct bucket) from kizuna.changes where tbl = 'shifts' and not deleted")
+        .await;
+    assert_eq!(buckets, json!([day]), "every writer's row in the day it is in, rendered in UTC and ISO");
+    assert_eq!(db.one::<i64>("select count(*) from kizuna.changes where tbl = 'shifts'").await, 8);
+}
+
 /// The keys of table `table`'s live entries in the change log, in order.
 async fn live_keys(db: &TestDb, table: &str) -> Value {
     db.one(&format!("select coalesce(jsonb_agg(pk order by pk), '[]') from kizuna.changes where tbl = '{table}' and not deleted"))

@@ -184,7 +184,7 @@ async fn the_api_roles_run_no_admin_function_and_no_sql_of_their_own() {
     let bob = Caller::user(BOB);
     let injected = "kizuna.analyse_bucket(row('x', 'public.todos'::regclass, 'id', $b$1)::text) is null or true) not valid; \
                     drop table public.todos; alter table pg_temp.kizuna_bucket_probe add constraint p check (((1$b$, \
-                    'arrival', 500, false, null, 0, now(), null, null, null)::kizuna.synced_tables)";
+                    'arrival', 500, false, null, 0, now(), null, null, null, null)::kizuna.synced_tables)";
     for (caller, expr) in [(&bob, injected), (&Caller::anon(), "kizuna.enter_rows('todos')"), (&bob, "kizuna.enter_rows('todos')")] {
         let refused = sql_as(db.client(), caller, expr).await.expect_err(expr);
         assert_eq!(refused.code, "42501", "{expr}: {refused:?}");
