@@ -97,7 +97,7 @@ pub(crate) struct ChunkRow<'p> {
 pub(crate) fn put(chunks: &ObjectStore<'_>, table: &str, mut rows: Vec<ChunkRow<'_>>, next: &mut u32) -> Result<(), ClientError> {
     let encode = |e: serde_json::Error| ClientError::new("STORAGE_FAILED", format!("cannot encode a chunk: {e}"));
     // IndexedDB orders strings by UTF-16 code units, which is not Rust's order for every string.
-    rows.sort_by(|a, b| a.pk.encode_utf16().cmp(b.pk.encode_utf16()));
+    kizuna_engine::order::sort_by(&mut rows, |a, b| a.pk.encode_utf16().cmp(b.pk.encode_utf16()));
     for group in rows.chunks(CHUNK_ROWS) {
         let (mut head, mut text) = (Vec::with_capacity(64 * group.len()), Vec::with_capacity(256 * group.len()));
         head.extend_from_slice(b"{\"id\":[");

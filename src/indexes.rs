@@ -71,7 +71,7 @@ pub fn lookup(indexes: &Indexes, table: &str, conditions: &serde_json::Map<Strin
 /// The tables whose declared columns differ between `before` and `now`: their rows need new tokens.
 pub fn changed_tables(before: &Indexes, now: &Indexes) -> Vec<String> {
     let mut tables: Vec<String> = before.keys().chain(now.keys()).cloned().collect();
-    tables.sort();
+    kizuna_engine::order::sort(&mut tables);
     tables.dedup();
     tables.retain(|t| before.get(t) != now.get(t));
     tables

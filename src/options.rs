@@ -1,8 +1,6 @@
 //! `KizunaClient.open(options)`: the options object checked and turned into the engine's config
 //! and the transport. Unknown keys are refused, so a misspelt option fails loudly.
 
-use std::collections::BTreeSet;
-
 use js_sys::Function;
 use kizuna_engine::Config;
 use serde::Deserialize;
@@ -110,7 +108,7 @@ impl ClientOptions {
         if let Some(v) = plain.retry_max_ms {
             config.retry_max_ms = v.clamp(1.0, LONGEST_WAIT_MS) as i64;
         }
-        config.latest_only_tables = plain.latest_only_tables.unwrap_or_default().into_iter().collect::<BTreeSet<_>>();
+        config.latest_only_tables = kizuna_engine::order::set_of(plain.latest_only_tables.unwrap_or_default());
         let transport = Transport {
             base_url: plain.url,
             token,
@@ -124,7 +122,7 @@ impl ClientOptions {
             if table.is_empty() || columns.iter().any(|c| c.is_empty()) {
                 return Err(invalid("options.indexes names a table or a column that is empty"));
             }
-            columns.sort();
+            kizuna_engine::order::sort(columns);
             columns.dedup();
         }
         indexes.retain(|_, columns| !columns.is_empty());

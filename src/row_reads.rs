@@ -12,6 +12,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use kizuna_engine::order::set_of;
+
 use indexed_db_futures::object_store::ObjectStore;
 use indexed_db_futures::prelude::*;
 use js_sys::Array;
@@ -91,7 +93,7 @@ impl<'a> RowReads<'a> {
                 stored.extend(keys);
                 continue;
             }
-            let pks: BTreeSet<String> = in_range.iter().filter_map(|k| Array::from(k).get(1).as_string()).collect();
+            let pks = set_of(in_range.iter().filter_map(|k| Array::from(k).get(1).as_string()));
             stored.extend(keys.into_iter().filter(|k| pks.contains(&k.pk)));
         }
         self.request_records(stored)?;
@@ -101,7 +103,7 @@ impl<'a> RowReads<'a> {
                 found.insert(key, from_js(value)?);
             }
         }
-        let asked: BTreeSet<RowKey> = self.in_chunks.iter().map(|(k, _)| k.clone()).collect();
+        let asked = set_of(self.in_chunks.iter().map(|(k, _)| k.clone()));
         for key in self.keys.iter().filter(|k| !asked.contains(*k) && chunked.is_some_and(|tables| tables.contains(&k.table))) {
             self.in_chunks.push((key.clone(), request_chunk(&self.chunks, key)?));
         }

@@ -122,7 +122,7 @@ fn sync_field(record: &JsValue, name: &str) -> Option<JsValue> {
 /// The tables a `sync` record says may have rows in chunks.
 fn chunked_tables(record: Option<&JsValue>) -> std::collections::BTreeSet<String> {
     let Some(tables) = record.and_then(|r| sync_field(r, "chunked")) else { return Default::default() };
-    Array::from(&tables).iter().filter_map(|t| t.as_string()).collect()
+    kizuna_engine::order::set_of(Array::from(&tables).iter().filter_map(|t| t.as_string()))
 }
 
 /// The stamp of a `sync` record (none: the default, as of a database no step committed to).
@@ -378,7 +378,7 @@ impl Store {
         let form_changed = get(&meta, TOKEN_FORM_KEY.into()).await?.and_then(|f| f.as_f64()) != Some(TOKEN_FORM);
         if form_changed {
             retoken.extend(own.keys().cloned());
-            retoken.sort();
+            kizuna_engine::order::sort(&mut retoken);
             retoken.dedup();
             drop(meta.put(JsValue::from_f64(TOKEN_FORM)).with_key(JsValue::from_str(TOKEN_FORM_KEY)).primitive().map_err(failed)?);
         }

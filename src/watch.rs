@@ -99,7 +99,7 @@ impl Filter {
                     }
                 }
             }
-            unplaced.sort_by(|a, b| b.0.cmp(&a.0)); // popped from the end, smallest first
+            kizuna_engine::order::sort_by(&mut unplaced, |a, b| b.0.cmp(&a.0)); // popped from the end, smallest first
         }
         let mut visit = |record: &JsValue| {
             if bucket_js.is_some() && field(record, "table") != table_js {

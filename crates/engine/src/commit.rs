@@ -94,8 +94,7 @@ impl CommitPlan {
         for entry in engine.outbox.values() {
             pending.entry(entry.key()).or_default().push(entry.clone());
         }
-        let tracked =
-            pending.keys().cloned().chain(engine.dead.iter().map(|d| d.entry.key())).collect::<BTreeSet<_>>();
+        let tracked = crate::order::set_of(pending.keys().cloned().chain(engine.dead.iter().map(|d| d.entry.key())));
         CommitPlan {
             run,
             cursor,

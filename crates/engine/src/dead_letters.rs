@@ -25,7 +25,7 @@ impl Engine {
             tx.ops.push(StoreOp::PutDead(letter));
             tx.events.push(Event::DeadLetter { entry, error: error.to_string() });
         }
-        self.dead.sort_by_key(|d| d.entry.seq);
+        crate::order::sort_by_key(&mut self.dead, |d| d.entry.seq);
         self.meta.slice_limit = None;
         self.compensate(keys, ChangeOrigin::Compensation, tx);
         tx.ops.push(self.put_meta());

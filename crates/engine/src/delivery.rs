@@ -113,7 +113,7 @@ impl Engine {
         if self.push.ahead.is_some() || !self.online || self.storage_held(now) {
             return None;
         }
-        let sent: std::collections::BTreeSet<i64> = front.seqs().collect();
+        let sent = crate::order::set_of(front.seqs());
         let units = self.next_slice(now, &sent);
         if units.is_empty() || !self.writes_nothing_first(&units) {
             return None;

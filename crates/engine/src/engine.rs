@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use crate::config::Config;
 use crate::delivery::PushState;
 use crate::pending::Outbox;
+use crate::order;
 use crate::prng::{Prng, mix_seed};
 use crate::pull::PullState;
 use crate::rebase::{replay, row_op};
@@ -85,7 +86,7 @@ impl Engine {
     /// so no other engine coalesces it away; its verdict still finds it.
     pub fn adopt(&mut self, state: PersistedState) {
         let PersistedState { mut meta, outbox, mut dead, rows } = state;
-        dead.sort_by_key(|d| d.entry.seq);
+        order::sort_by_key(&mut dead, |d| d.entry.seq);
         self.outbox = outbox.into_iter().map(|e| (e.seq, e)).collect();
         // Defensive: a `next_seq` behind a live entry would reuse a number.
         let highest = self.outbox.keys().chain(dead.iter().map(|d| &d.entry.seq)).max().copied().unwrap_or(0);
@@ -93,9 +94,8 @@ impl Engine {
         self.meta = meta;
         self.dead = dead;
         // Rows the adapter loaded beyond the tracked keys are not needed in memory.
-        let tracked: std::collections::BTreeSet<RowKey> =
-            self.outbox.values().map(OutboxEntry::key).chain(self.dead.iter().map(|d| d.entry.key())).collect();
-        self.rows = rows.into_iter().map(|r| (r.key(), r)).filter(|(k, _)| tracked.contains(k)).collect();
+        let tracked = order::set_of(self.outbox.values().map(OutboxEntry::key).chain(self.dead.iter().map(|d| d.entry.key())));
+        self.rows = order::map_of(rows.into_iter().map(|r| (r.key(), r)).filter(|(k, _)| tracked.contains(k)));
     }
 
     /// This engine's tab now runs the sync loops for every tab of its database (the adapter elects
@@ -150,29 +150,21 @@ impl Engine {
 
     /// Every key with a pending write or a dead letter.
     pub fn tracked_keys(&self) -> Vec<RowKey> {
-        let keys: std::collections::BTreeSet<RowKey> =
-            self.outbox.pending_keys().cloned().chain(self.dead.iter().map(|d| d.entry.key())).collect();
-        keys.into_iter().collect()
+        order::set_of(self.outbox.pending_keys().cloned().chain(self.dead.iter().map(|d| d.entry.key()))).into_iter().collect()
     }
 
     /// The keys of the push in flight: what its answer or failure may touch.
     pub fn in_flight_keys(&self) -> Vec<RowKey> {
         let Some(in_flight) = &self.push.in_flight else { return Vec::new() };
-        let keys: std::collections::BTreeSet<RowKey> = in_flight.seqs().filter_map(|s| self.outbox.get(&s)).map(OutboxEntry::key).collect();
-        keys.into_iter().collect()
+        order::set_of(in_flight.seqs().filter_map(|s| self.outbox.get(&s)).map(OutboxEntry::key)).into_iter().collect()
     }
 
     /// The keys of dead letter `seq` and the other members of its atomic group: what requeuing or
     /// discarding it touches.
     pub fn dead_group_keys(&self, seq: i64) -> Vec<RowKey> {
         let batch = self.dead.iter().find(|d| d.entry.seq == seq).and_then(|d| d.entry.batch);
-        let keys: std::collections::BTreeSet<RowKey> = self
-            .dead
-            .iter()
-            .filter(|d| d.entry.seq == seq || (batch.is_some() && d.entry.batch == batch))
-            .map(|d| d.entry.key())
-            .collect();
-        keys.into_iter().collect()
+        let keys = self.dead.iter().filter(|d| d.entry.seq == seq || (batch.is_some() && d.entry.batch == batch)).map(|d| d.entry.key());
+        order::set_of(keys).into_iter().collect()
     }
 
     /// True when this engine holds the record of `key` (it touched or was given it since it last

@@ -36,8 +36,8 @@
 //! writes, coalescing), `delivery.rs` (issue order, slices), `verdicts.rs`,
 //! `push_failures.rs` (retry, budget, narrowing), `dead_letters.rs`, `outbox_policy.rs` (the rules of
 //! attempts, backoff, dead letters and delivery order, shared with universe sync: `universe.rs`), `pull.rs`, `commit.rs`,
-//! `rebase.rs`, `schedule.rs`, `backoff.rs`, `hlc.rs`, `prng.rs`, `wire_time.rs`; `memory.rs`, an
-//! in-memory store for native adapters and tests.
+//! `rebase.rs`, `schedule.rs`, `backoff.rs`, `hlc.rs`, `prng.rs`, `wire_time.rs`; `order.rs` (the one
+//! sort, for the adapter too); `memory.rs`, an in-memory store for native adapters and tests.
 
 #![warn(missing_docs)]
 
@@ -51,6 +51,7 @@ mod engine;
 mod hlc;
 mod inputs;
 pub mod memory;
+pub mod order;
 mod outbox;
 mod pending;
 pub mod outbox_policy;

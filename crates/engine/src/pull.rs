@@ -312,7 +312,7 @@ impl Engine {
     /// The configured buckets as a checkpoint records them: sorted, without repeats.
     pub(crate) fn bucket_set(&self) -> Vec<String> {
         let mut set = self.config.buckets.clone();
-        set.sort();
+        crate::order::sort(&mut set);
         set.dedup();
         set
     }

@@ -258,7 +258,7 @@ impl PersistedState {
     /// The keys whose `rows` records belong in [`PersistedState::rows`]: every key with an
     /// outbox entry or a dead letter. The adapter reads `outbox` and `dead` first, then these.
     pub fn tracked_keys(outbox: &[OutboxEntry], dead: &[DeadLetter]) -> std::collections::BTreeSet<RowKey> {
-        outbox.iter().map(OutboxEntry::key).chain(dead.iter().map(|d| d.entry.key())).collect()
+        crate::order::set_of(outbox.iter().map(OutboxEntry::key).chain(dead.iter().map(|d| d.entry.key())))
     }
 }
 

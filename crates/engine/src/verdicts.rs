@@ -29,16 +29,15 @@ impl Engine {
     /// (a row pulled under the server's spelling before).
     pub fn respelled_keys(&self, response: &PushResponse) -> Vec<RowKey> {
         let Some(in_flight) = &self.push.in_flight else { return Vec::new() };
-        let keys: std::collections::BTreeSet<RowKey> = in_flight
+        let keys = in_flight
             .seqs()
             .filter_map(|seq| self.outbox.get(&seq))
             .filter_map(|e| {
                 let v = response.verdicts.iter().find(|v| v.id == e.id)?;
                 Some(RowKey::new(e.table.clone(), Self::respelling(v, &e.pk)?))
             })
-            .filter(|key| !self.holds_row(key))
-            .collect();
-        keys.into_iter().collect()
+            .filter(|key| !self.holds_row(key));
+        crate::order::set_of(keys).into_iter().collect()
     }
 
     /// The stored records of [`Engine::respelled_keys`] (a key missing from `found` has none).
@@ -202,7 +201,7 @@ impl Engine {
 
         // Settle each key once, after all its verdicts moved the base.
         let mut remote_changes = Vec::new();
-        let all: std::collections::BTreeSet<RowKey> = touched.iter().chain(&compensated).cloned().collect();
+        let all = crate::order::set_of(touched.iter().chain(&compensated).cloned());
         for key in all {
             // Taken out, not cloned: `settle_row` puts it back while the key is still tracked.
             let mut record = self.rows.remove(&key).unwrap_or_else(|| RowRecord::empty(&key));
@@ -221,7 +220,7 @@ impl Engine {
             tx.events.push(Event::Change { keys: remote_changes, origin: ChangeOrigin::Remote, tables: Vec::new() });
         }
         if !compensated.is_empty() {
-            compensated.sort();
+            crate::order::sort(&mut compensated);
             compensated.dedup();
             tx.events.push(Event::Change { keys: compensated, origin: ChangeOrigin::Compensation, tables: Vec::new() });
         }
