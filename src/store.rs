@@ -174,8 +174,8 @@ pub const STAGING_MEMORY_BYTES: usize = 32 << 20;
 /// it back in the closing transaction was a sixth of a 100,000-row first sync.
 #[derive(Default)]
 struct StagedInMemory {
-    /// Each page's text and its length in bytes.
-    pages: BTreeMap<u32, (JsValue, usize)>,
+    /// Each page's text and its length in bytes, by page number (a run's pages are numbered from 0).
+    pages: Vec<Option<(JsValue, usize)>>,
     bytes: usize,
 }
 
@@ -835,7 +835,7 @@ impl<'a> WriteTxn<'a> {
     /// Writes page `page_no` of the pull run in progress, as staged, into this transaction
     /// (`write_page`).
     pub async fn write_staged(&self, plan: &mut CommitPlan, page_no: u32) -> Result<(), ClientError> {
-        let kept = self.store.staged.borrow().pages.get(&page_no).map(|(text, _)| text.clone());
+        let kept = self.store.staged.borrow().pages.get(page_no as usize).and_then(|page| page.as_ref().map(|(text, _)| text.clone()));
         let page = match kept {
             Some(page) => page,
             None => get(&store(&self.tx, STAGING)?, (page_no as f64).into()).await?.unwrap_or(JsValue::UNDEFINED),
@@ -962,7 +962,11 @@ impl<'a> WriteTxn<'a> {
             match change {
                 StagingChange::Put(page_no, text, bytes) => {
                     staged.bytes += bytes;
-                    if let Some((_, replaced)) = staged.pages.insert(page_no, (text, bytes)) {
+                    let at = page_no as usize;
+                    if staged.pages.len() <= at {
+                        staged.pages.resize_with(at + 1, || None);
+                    }
+                    if let Some((_, replaced)) = staged.pages[at].replace((text, bytes)) {
                         staged.bytes -= replaced;
                     }
                 }

@@ -18,7 +18,7 @@
 //!   numbers follow commit order across tabs and nothing one tab wrote is lost by another.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::rc::Rc;
 
 use gloo_timers::callback::{Interval, Timeout};
@@ -131,7 +131,8 @@ pub struct Tabs {
     lock: RefCell<Option<LeaderLock>>,
     heartbeat: RefCell<Option<Interval>>,
     watchdog: RefCell<Option<Interval>>,
-    calls: RefCell<BTreeMap<u32, PendingCall>>,
+    /// This tab's calls waiting for the leader's answer, by id, in the order they were made.
+    calls: RefCell<Vec<(u32, PendingCall)>>,
     next_call: Cell<u32>,
     /// The leader's health as last heard (a follower's `getSyncHealth`).
     leader_health: RefCell<Option<Value>>,
@@ -166,7 +167,7 @@ impl Tabs {
             lock: RefCell::new(None),
             heartbeat: RefCell::new(None),
             watchdog: RefCell::new(None),
-            calls: RefCell::new(BTreeMap::new()),
+            calls: RefCell::new(Vec::new()),
             next_call: Cell::new(0),
             leader_health: RefCell::new(None),
             inbox: RefCell::new(VecDeque::new()),
@@ -375,7 +376,7 @@ async fn take_lead(inner: &Rc<Inner>) {
         }
     }));
     // Calls made while no tab led, or handed to a leader that has gone: run them here.
-    let waiting: Vec<(u32, PendingCall)> = std::mem::take(&mut *tabs.calls.borrow_mut()).into_iter().collect();
+    let waiting = std::mem::take(&mut *tabs.calls.borrow_mut());
     for (_, call) in waiting {
         let inner = inner.clone();
         spawn_local(async move {
@@ -482,7 +483,10 @@ async fn drain(inner: &Rc<Inner>) {
                 scheduler::arm(inner);
             }
             Message::Answer { to, id, ok, error } if to == inner.tabs.tab => {
-                let Some(call) = inner.tabs.calls.borrow_mut().remove(&id) else { continue };
+                let mut calls = inner.tabs.calls.borrow_mut();
+                let Some(at) = calls.iter().position(|(waiting, _)| *waiting == id) else { continue };
+                let (_, call) = calls.remove(at);
+                drop(calls);
                 call.settle(match error {
                     None => Ok(ok.unwrap_or(Value::Null)),
                     Some(e) => Err(e.into()),
@@ -512,7 +516,7 @@ pub async fn forward(inner: &Rc<Inner>, method: &str) -> Result<JsValue, JsValue
     let mut settle = None;
     let answered = Promise::new(&mut |resolve, reject| settle = Some((resolve, reject)));
     let (resolve, reject) = settle.expect("the promise executor runs at once");
-    tabs.calls.borrow_mut().insert(id, PendingCall { method: method.to_string(), resolve, reject });
+    tabs.calls.borrow_mut().push((id, PendingCall { method: method.to_string(), resolve, reject }));
     tabs.post(Message::Call { from: tabs.tab.clone(), id, method: method.to_string() });
     JsFuture::from(answered).await
 }
