@@ -20,8 +20,10 @@ create or replace function kizuna.fence_lock_key() returns bigint language sql i
 
 -- The horizon: the largest commit number visible to the calling statement's snapshot.
 create or replace function kizuna.horizon() returns bigint
-language sql stable security definer set search_path = pg_catalog, pg_temp as $$
-  select coalesce(max(seq), 0) from kizuna.commits
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  return (select coalesce(max(seq), 0) from kizuna.commits);
+end
 $$;
 
 -- The number a registration's backfill writes its change-log entries with (kizuna.register_table):

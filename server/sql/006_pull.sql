@@ -115,8 +115,10 @@ end
 $$;
 
 create or replace function kizuna.pull_state(out epoch text, out horizon bigint, out low_watermark bigint)
-language sql stable security definer set search_path = pg_catalog, pg_temp as $$
-  select epoch, kizuna.horizon(), low_watermark from kizuna.state
+language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+begin
+  select s.epoch, kizuna.horizon(), s.low_watermark into epoch, horizon, low_watermark from kizuna.state s;
+end
 $$;
 
 -- The next candidate entries of a run, in order, from the requested buckets (rows not yet rendered).
