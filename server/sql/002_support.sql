@@ -114,11 +114,11 @@ begin
 end
 $do$;
 
--- True unless the text of a value of type `key_type` (as format_type names it) is the same under
--- any setting of the session: text and character types, uuid, integers, numeric, boolean, network
--- and bit types, json and jsonb (their numbers are numeric), enums, citext. A type it cannot name
--- follows them, to be safe.
-create or replace function kizuna.key_follows_settings(key_type text) returns boolean language plpgsql stable as $$
+-- True unless the text of a value of type `typ` is the same under any setting of the session: text
+-- and character types, uuid, integers, numeric, boolean, network and bit types, json and jsonb
+-- (their numbers are numeric), enums, citext, and domains over them. A type it cannot find (null,
+-- an oid that names none) follows them, to be safe.
+create or replace function kizuna.type_follows_settings(typ oid) returns boolean language plpgsql stable as $$
 begin
   return coalesce((
     select not (b.typtype = 'e' or b.typname = 'citext'
@@ -126,7 +126,14 @@ begin
                    and b.typname in ('text', 'varchar', 'bpchar', 'name', 'char', 'uuid', 'int2', 'int4', 'int8', 'oid',
                                      'numeric', 'bool', 'inet', 'cidr', 'macaddr', 'macaddr8', 'bit', 'varbit', 'json', 'jsonb'))
       from pg_type y join pg_type b on b.oid = coalesce(nullif(y.typbasetype, 0), y.oid)
-     where y.oid = to_regtype(key_type)), true);
+     where y.oid = typ), true);
+end
+$$;
+
+-- kizuna.type_follows_settings of the type `key_type` names (as format_type names it).
+create or replace function kizuna.key_follows_settings(key_type text) returns boolean language plpgsql stable as $$
+begin
+  return kizuna.type_follows_settings(to_regtype(key_type));
 end
 $$;
 
@@ -499,7 +506,7 @@ $$;
 
 -- Whether an expression, as PostgreSQL stores it (`tree`: a pg_node_tree as text, such as a check
 -- constraint's conbin), may give text that follows the session's settings: some value in it is of a
--- type whose text follows them (kizuna.key_follows_settings: a column, a constant, a cast's or a
+-- type whose text follows them (kizuna.type_follows_settings: a column, a constant, a cast's or a
 -- function's result, CURRENT_DATE), or it calls a function that is not immutable (to_char of a
 -- timestamptz reads TimeZone, of a number lc_numeric), but for `text || value`, whose text is its
 -- value's, and auth.uid/jwt/role. Built-in functions and types are in no pg_depend entry (they are
@@ -507,7 +514,7 @@ $$;
 create or replace function kizuna.tree_follows_settings(tree text) returns boolean language sql stable as $$
   select exists (select 1 from regexp_matches(tree,
                    ':(?:vartype|consttype|funcresulttype|opresulttype|resulttype|casetype|coalescetype|minmaxtype|array_typeid|row_typeid|type) (\d+)', 'g') m
-                  where kizuna.key_follows_settings(format_type(m[1]::oid, null)))
+                  where kizuna.type_follows_settings(m[1]::oid))
       or exists (select 1 from regexp_matches(tree, ':(?:funcid|opfuncid) (\d+)', 'g') m
                   where m[1]::oid not in ('pg_catalog.textanycat'::regproc, 'pg_catalog.anytextcat'::regproc)
                     and not kizuna.is_pure_function(m[1]::oid))

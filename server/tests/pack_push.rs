@@ -753,6 +753,23 @@ async fn a_bucket_that_renders_a_date_is_the_same_whoever_writes_the_row() {
         .await;
     assert_eq!(buckets, json!([day]), "every writer's row in the day it is in, rendered in UTC and ISO");
     assert_eq!(db.one::<i64>("select count(*) from kizuna.changes where tbl = 'shifts'").await, 8);
+
+    // Which expressions pay for it: those whose text may follow a setting, read from the parse tree
+    // (built-in functions and types are in no pg_depend entry). A uuid's text follows none: such a
+    // table keeps the set-based push path and compiles no fixed settings.
+    db.owned_table("plain_rows", "id text primary key, at timestamptz", "").await;
+    let facts = "select jsonb_object_agg(s.name, jsonb_build_array(s.bucket_follows_settings, kizuna.run_ops(s)))
+                   from kizuna.synced_tables s where s.name in ('shifts', 'plain_rows')";
+    assert_eq!(db.one::<Value>(facts).await, json!({"shifts": [true, []], "plain_rows": [false, ["delete", "patch", "upsert"]]}));
+    // An expression that only tests a timestamp counts too: any value of such a type does.
+    let cases = [("'d:' || current_date", true), ("'x:' || xmlserialize(content xmlelement(name a, id) as text)", true),
+                 ("case when at is null then 'none' else 'u:' || owner end", true),
+                 ("'user:' || owner::text", false), ("case when id = '' then 'none' else 'u:' || upper(owner::text) end", false)];
+    for (expr, follows) in cases {
+        db.exec(&format!("select kizuna.register_table('public.plain_rows', bucket => $b${expr}$b$)")).await;
+        let found: bool = db.one("select bucket_follows_settings from kizuna.synced_tables where name = 'plain_rows'").await;
+        assert_eq!(found, follows, "{expr}");
+    }
 }
 
 /// The keys of table `table`'s live entries in the change log, in order.
