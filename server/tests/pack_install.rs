@@ -142,21 +142,22 @@ async fn an_upgrade_respells_keys_an_older_pack_spelled_by_a_sessions_settings()
     let notes_log = "select jsonb_agg(to_jsonb(c) order by seq) from kizuna.changes c where tbl = 'notes'";
     let notes_before: Value = db.one(notes_log).await;
 
-    db.reinstall().await;
-    let after = pull_run(db.client(), &alice, DEVICE, Some(&before.checkpoint), &buckets, 100).await.unwrap();
-    let mut seen: Vec<(String, bool)> =
-        after.entries.iter().map(|e| (e["pk"].as_str().unwrap().to_string(), e["deleted"] == json!(true))).collect();
-    seen.sort();
-    assert_eq!(
-        seen,
-        [("2026-12-07 01:00:00+00".to_string(), false), ("2026-12-07 10:00:00+09".to_string(), true)],
-        "{:?}",
-        after.entries
-    );
+    let (seen, checkpoint) = entries_after_reinstall(&db, &alice, &buckets, &before.checkpoint, "pk").await;
+    assert_eq!(seen, [("2026-12-07 01:00:00+00".to_string(), false), ("2026-12-07 10:00:00+09".to_string(), true)]);
     assert_eq!(db.one::<Value>(notes_log).await, notes_before, "a text key is left as it was");
+    let (again, _) = entries_after_reinstall(&db, &alice, &buckets, &checkpoint, "pk").await;
+    assert!(again.is_empty(), "entered once: {again:?}");
+}
+
+/// Installs the pack again, then pulls from `checkpoint`: each entry as its `field` and whether it
+/// is a tombstone, sorted, and the run's checkpoint.
+async fn entries_after_reinstall(db: &TestDb, caller: &Caller, buckets: &[&str], checkpoint: &str, field: &str) -> (Vec<(String, bool)>, String) {
     db.reinstall().await;
-    let again = pull_run(db.client(), &alice, DEVICE, Some(&after.checkpoint), &buckets, 100).await.unwrap();
-    assert!(again.entries.is_empty(), "entered once: {:?}", again.entries);
+    let run = pull_run(db.client(), caller, DEVICE, Some(checkpoint), buckets, 100).await.unwrap();
+    let mut seen: Vec<(String, bool)> =
+        run.entries.iter().map(|e| (e[field].as_str().unwrap().to_string(), e["deleted"] == json!(true))).collect();
+    seen.sort();
+    (seen, run.checkpoint)
 }
 
 /// Installing this pack over one that ran bucket expressions under the writing session's settings
@@ -185,16 +186,11 @@ async fn an_upgrade_moves_a_row_an_older_pack_bucketed_by_a_sessions_settings() 
     let notes_log = "select jsonb_agg(to_jsonb(c) order by seq) from kizuna.changes c where tbl = 'notes'";
     let notes_before: Value = db.one(notes_log).await;
 
-    db.reinstall().await;
-    let after = pull_run(db.client(), &alice, DEVICE, Some(&before.checkpoint), &buckets, 100).await.unwrap();
-    let mut seen: Vec<(String, bool)> =
-        after.entries.iter().map(|e| (e["bucket"].as_str().unwrap().to_string(), e["deleted"] == json!(true))).collect();
-    seen.sort();
-    assert_eq!(seen, [("day:2026-12-07".to_string(), false), ("day:2026-12-08".to_string(), true)], "{:?}", after.entries);
+    let (seen, checkpoint) = entries_after_reinstall(&db, &alice, &buckets, &before.checkpoint, "bucket").await;
+    assert_eq!(seen, [("day:2026-12-07".to_string(), false), ("day:2026-12-08".to_string(), true)]);
     assert_eq!(db.one::<Value>(notes_log).await, notes_before, "a table whose bucket follows no setting is left as it was");
-    db.reinstall().await;
-    let again = pull_run(db.client(), &alice, DEVICE, Some(&after.checkpoint), &buckets, 100).await.unwrap();
-    assert!(again.entries.is_empty(), "entered once: {:?}", again.entries);
+    let (again, _) = entries_after_reinstall(&db, &alice, &buckets, &checkpoint, "bucket").await;
+    assert!(again.is_empty(), "entered once: {again:?}");
 }
 
 /// Installing again (every gateway start does) waits for no write in flight: ADD COLUMN IF NOT
