@@ -12,11 +12,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kizuna_engine::order::set_of;
-
 use indexed_db_futures::object_store::ObjectStore;
 use indexed_db_futures::prelude::*;
 use js_sys::Array;
+use kizuna_engine::order::set_of;
 use kizuna_engine::{RowKey, RowRecord};
 use wasm_bindgen::prelude::*;
 

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use crate::config::Config;
 use crate::delivery::PushState;
-use crate::pending::Outbox;
 use crate::order;
+use crate::pending::Outbox;
 use crate::prng::{Prng, mix_seed};
 use crate::pull::PullState;
 use crate::rebase::{replay, row_op};
