@@ -13,7 +13,8 @@
 --     to be refused is an error raised while writing, or its gate, or no row affected;
 --   - nothing that runs per row can tell one statement from several (kizuna.run_ops): the table
 --     is in arrival mode without journal; its policies, checks, defaults and its bucket expression
---     read no rows and call only immutable functions (or auth.uid/jwt/role), and the bucket's text
+--     read no rows and call only immutable functions (or auth.uid/jwt/role; the app's own, as
+--     pg_depend records no built-in one), and the bucket's text
 --     follows no setting of the session (kizuna.tree_follows_settings); its gate is immutable;
 --     no deferrable constraint; no AFTER or statement trigger of the app's (foreign keys to other
 --     tables are checked at the statement's end, against rows a run does not write); BEFORE ROW
