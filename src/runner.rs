@@ -531,10 +531,11 @@ impl Inner {
         self.may_send_unwritten().then(|| self.engine.borrow_mut().poll_push_unwritten(t)).flatten()
     }
 
-    /// The slice to send ahead of the answer in flight (`Engine::poll_push_ahead`), on the same
-    /// terms as `poll_unwritten`.
-    fn poll_ahead(&self, t: i64) -> Option<PushRequest> {
-        self.may_send_unwritten().then(|| self.engine.borrow_mut().poll_push_ahead(t)).flatten()
+    /// The slice to send ahead of `answering` (`Engine::poll_push_ahead`): only once its status
+    /// says success, while `push_all` may send more, and on the same terms as `poll_unwritten`.
+    fn poll_ahead(&self, answering: &Result<Answering, Failure>, may_send: bool) -> Option<PushRequest> {
+        let succeeded = matches!(answering, Ok(a) if a.succeeded());
+        (succeeded && may_send && self.may_send_unwritten()).then(|| self.engine.borrow_mut().poll_push_ahead(now())).flatten()
     }
 
     /// Whether a slice may go with no store transaction first: this tab leads, and no write of its
@@ -562,11 +563,7 @@ impl Inner {
         let mut following: Option<LocalBoxFuture<'_, Result<Answering, Failure>>> = None;
         while let Some(this) = answering.take() {
             if following.is_none() {
-                let ahead = match &this {
-                    Ok(a) if a.succeeded() && go_on && sent < MAX_PUSHES_PER_SYNC => self.poll_ahead(now()),
-                    _ => None,
-                };
-                following = self.start_push(ahead).await;
+                following = self.start_push(self.poll_ahead(&this, go_on && sent < MAX_PUSHES_PER_SYNC)).await;
                 sent += usize::from(following.is_some());
             }
             if let Some(next) = following.take() {
@@ -581,10 +578,7 @@ impl Inner {
                     async {
                         let answer = next.await;
                         let _taken = stepping.lock().await;
-                        let ahead = match &answer {
-                            Ok(a) if a.succeeded() && may_send => self.poll_ahead(now()),
-                            _ => None,
-                        };
+                        let ahead = self.poll_ahead(&answer, may_send);
                         (answer, self.start_push(ahead).await)
                     },
                     async move {
