@@ -226,7 +226,7 @@ $$;
 -- registration's backfill): every current row gets its live entry under its key's one spelling;
 -- entries whose row is gone, whose bucket changed (a new bucket expression) or whose key was
 -- spelled otherwise (a pack before kizuna.key_spelling, under a session's settings) become
--- tombstones.
+-- tombstones, and the row's column versions kept under another spelling move to its one.
 create or replace function kizuna.enter_rows(wire_name text) returns void
 language plpgsql security definer set search_path = pg_catalog, public, pg_temp as $$
 declare
@@ -278,6 +278,24 @@ begin
             then format('left join lateral (select to_jsonb(r) as image from %s r where now_.pk is null and r.%I = %s limit 1) same on true',
                         tbl, key_col, kizuna.typed_key(tbl, key_col, 'e.pk'))
             else '' end) using wire_name, s;
+  -- The per-column versions kept under another spelling of a row's key order that row's writes
+  -- (hlc and journaled tables): under it, they ordered none, and an edit made offline before the
+  -- row's last write took the column back. Moved to the one spelling; of two versions of a
+  -- column, the later commit's is the one the row holds.
+  if respelled then
+    execute format($q$
+      with moved as (
+        delete from kizuna.column_versions v using %2$s r
+         where v.tbl = $1 and r.%1$I = %3$s and v.pk <> %4$s
+        returning %4$s as pk, v.col, v.seq, v.hlc, v.writer, v.client
+      )
+      insert into kizuna.column_versions as v (tbl, pk, col, seq, hlc, writer, client)
+      select distinct on (pk, col) $1, pk, col, seq, hlc, writer, client from moved order by pk, col, seq desc
+      on conflict (tbl, pk, col) do update
+        set seq = excluded.seq, hlc = excluded.hlc, writer = excluded.writer, client = excluded.client
+        where excluded.seq > v.seq
+    $q$, key_col, tbl, kizuna.typed_key(tbl, key_col, 'v.pk'), key_sql) using wire_name;
+  end if;
 end
 $$;
 

@@ -149,6 +149,39 @@ async fn an_upgrade_respells_keys_an_older_pack_spelled_by_a_sessions_settings()
     assert!(again.is_empty(), "entered once: {again:?}");
 }
 
+/// Upgrading from such a pack keeps the row's per-column versions (kept under the key's old
+/// spelling, they ordered no write after the upgrade): an edit made offline before the row's
+/// last write still loses the column to it, as it did before the upgrade.
+#[tokio::test]
+async fn an_upgrade_keeps_the_column_clocks_of_a_key_an_older_pack_spelled_by_a_sessions_settings() {
+    let db = TestDb::new().await;
+    db.owned_table("stamps", "at timestamptz primary key, label text", ", conflict_mode => 'hlc'").await;
+    let alice = Caller::user(ALICE);
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let clocked = |seq: i64, op: &str, label: &str, ms: i64| {
+        let mut m = mutation(seq, "stamps", "2026-12-07 01:00:00+00", op, json!({"at": "2026-12-07 01:00:00+00", "label": label}));
+        m["hlc"] = json!(format!("{ms:013}-0000-phone"));
+        m
+    };
+    let newer = db.push(&alice, push_request(DEVICE, vec![clocked(1, "upsert", "newer", now_ms - 1_000)])).await.unwrap();
+    assert_eq!(statuses(&newer), ["APPLIED"]);
+    // As a pack before version 12 left the log and the versions after a write from Tokyo.
+    db.exec("update kizuna.changes set pk = '2026-12-07 10:00:00+09' where tbl = 'stamps';
+             update kizuna.column_versions set pk = '2026-12-07 10:00:00+09' where tbl = 'stamps';
+             update kizuna.synced_tables set compiled_version = 11;")
+        .await;
+    db.reinstall().await;
+
+    let older = db.push(&alice, push_request(DEVICE, vec![clocked(2, "patch", "older", now_ms - 5_000)])).await.unwrap();
+    assert_eq!(statuses(&older), ["APPLIED"], "the write is accepted; its older column loses");
+    assert_eq!(db.one::<String>("select label from public.stamps").await, "newer");
+    assert_eq!(
+        db.one::<Vec<String>>("select array_agg(distinct pk) from kizuna.column_versions where tbl = 'stamps'").await,
+        ["2026-12-07 01:00:00+00"],
+        "kept under the one spelling"
+    );
+}
+
 /// Installs the pack again, then pulls from `checkpoint`: each entry as its `field` and whether it
 /// is a tombstone, sorted, and the run's checkpoint.
 async fn entries_after_reinstall(db: &TestDb, caller: &Caller, buckets: &[&str], checkpoint: &str, field: &str) -> (Vec<(String, bool)>, String) {
