@@ -336,7 +336,10 @@ $$;
 -- written here, once, with their verdicts: the client's row, locked for the whole push, keeps
 -- every other push of this client out, so an id can only have been recorded meanwhile by another
 -- client's push (the insert waits for it), which is KZP01 as it would have been at the start.
-create or replace function kizuna.finish_push(client uuid, verdicts jsonb) returns jsonb
+-- The verdicts come as the array kizuna_push keeps them in: made one JSON array only to be taken
+-- apart here again, they cost a push of 256 writes about a millisecond.
+drop function if exists kizuna.finish_push(uuid, jsonb);
+create or replace function kizuna.finish_push(client uuid, verdicts jsonb[]) returns jsonb
 language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
 declare
   s bigint;
@@ -361,7 +364,7 @@ begin
          count(*) filter (where v ->> 'status' = 'DELAYED'),
          count(*) filter (where (v ->> '_fresh')::boolean and v ->> 'status' = 'REJECTED')
     into fresh_count, applied, replayed, skipped, delayed, refused
-    from jsonb_array_elements(verdicts) v;
+    from unnest(verdicts) v;
   if applied > 0 then
     s := kizuna.fence_now();
   else
@@ -373,7 +376,7 @@ begin
     select o, (x ->> '_fresh')::boolean as is_fresh, (x ->> '_seq')::bigint as client_seq,
            case when x ->> 'status' = 'APPLIED' and (x ->> '_fresh')::boolean
                 then (x - '{_fresh,_seq}'::text[]) || jsonb_build_object('seq', s) else x - '{_fresh,_seq}'::text[] end as verdict
-      from jsonb_array_elements(verdicts) with ordinality as a(x, o)
+      from unnest(verdicts) with ordinality as a(x, o)
   ), written as (
     insert into kizuna.ledger (id, client_id, client_seq, verdict)
     select (verdict ->> 'id')::uuid, client, client_seq, verdict - 'replayed' from v where is_fresh order by o
@@ -384,7 +387,7 @@ begin
     into out_verdicts, top_seq, recorded
     from v;
   if recorded < fresh_count then
-    select x ->> 'id' into taken from jsonb_array_elements(verdicts) with ordinality as a(x, o)
+    select x ->> 'id' into taken from unnest(verdicts) with ordinality as a(x, o)
      where (x ->> '_fresh')::boolean
        and exists (select 1 from kizuna.ledger l where l.id = (x ->> 'id')::uuid and l.client_id <> client)
      order by o limit 1;
@@ -392,7 +395,7 @@ begin
   end if;
   if refused > 0 then
     select jsonb_object_agg(r, c) into rejected
-      from (select v ->> 'reason' as r, count(*) as c from jsonb_array_elements(verdicts) v
+      from (select v ->> 'reason' as r, count(*) as c from unnest(verdicts) v
              where v ->> 'status' = 'REJECTED' and (v ->> '_fresh')::boolean
                and kizuna.reason_message(v ->> 'reason') is not null  -- only the protocol's reasons are counted
              group by 1) g;
@@ -884,7 +887,6 @@ begin
     end loop;
   end loop;
 
-  return kizuna.finish_push(c.client_id,
-    (select coalesce(jsonb_agg(x order by o), '[]') from unnest(verdicts[1:n]) with ordinality u(x, o)));
+  return kizuna.finish_push(c.client_id, verdicts[1:n]);
 end
 $$;

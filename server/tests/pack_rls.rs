@@ -147,7 +147,7 @@ async fn the_pack_helpers_act_only_for_the_callers_own_clients() {
         format!("kizuna.ledger_claim(gen_random_uuid(), '{ALICE_PHONE}', 99)"),
         format!("kizuna.key_state('todos', 't1', '{ALICE_PHONE}', 0)"),
         format!("kizuna.record_served('{ALICE_PHONE}', array['{ab}'], 0, 1000)"),
-        format!("kizuna.finish_push('{ALICE_PHONE}', '[]')"),
+        format!("kizuna.finish_push('{ALICE_PHONE}', '{{}}')"),
     ] {
         let refused = sql_as(db.client(), &bob, &expr).await.expect_err(&expr);
         assert_eq!(refused.code, "KZP01", "{expr}: {refused:?}");
@@ -163,8 +163,8 @@ async fn the_pack_helpers_act_only_for_the_callers_own_clients() {
         "kizuna.journal_add('todos', 't1', 'title', '\"made up\"', '\"y\"', 1, null, '{BOB}', '{ALICE}')")).await.unwrap();
     assert_eq!(db.one::<i64>("select count(*) from kizuna.conflicts").await, 0, "no made-up conflict");
     // The durable totals count the protocol's reasons only (they become metrics' labels).
-    let made_up = json!([{"id": "00000000-0000-4000-8000-00000000000f", "status": "REJECTED", "reason": "made up", "_fresh": true, "_seq": 9}]);
-    sql_kept_as(db.client(), &bob, &format!("kizuna.finish_push('{BOB_PHONE}', '{made_up}')")).await.unwrap();
+    let made_up = json!({"id": "00000000-0000-4000-8000-00000000000f", "status": "REJECTED", "reason": "made up", "_fresh": true, "_seq": 9});
+    sql_kept_as(db.client(), &bob, &format!("kizuna.finish_push('{BOB_PHONE}', array['{made_up}'::jsonb])")).await.unwrap();
     assert_eq!(db.one::<Value>("select rejected_total from kizuna.state").await.get("made up"), None);
 
     // The Supabase helpers the policies use read the same claims on plain PostgreSQL.
