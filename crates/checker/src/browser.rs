@@ -93,6 +93,7 @@ impl Browser {
             driver: self.driver.clone(),
             id,
             previous_buckets: Vec::new(),
+            page: 1,
         };
         client.call("open", json!({ "params": params })).await?;
         Ok(client)
@@ -116,6 +117,9 @@ pub struct BrowserClient {
     id: String,
     /// The buckets the page before this one followed (see `Record::applied`).
     previous_buckets: Vec<String>,
+    /// The number of the page now open (`gen` in the driver: the first page is 1, each reload
+    /// opens the next).
+    page: u64,
 }
 
 /// When a page heard an event or read: its page (`gen`) and how many events it had heard (`n`).
@@ -184,8 +188,13 @@ impl BrowserClient {
         let payload = &event["payload"];
         let name = event["name"].as_str().unwrap_or_default();
         let at = moment(event)?;
-        // Heard as the page opened: possibly what the page before it kept and did not tell.
-        let kept_from = (event["early"] == true).then(|| self.previous_buckets.clone());
+        // Heard by the page before this one, so decided under its buckets: a reload's answer carries
+        // what that page heard between the reload's drain and its close (taken as heard under the
+        // new buckets, a verdict it decided for a row of a bucket the new page dropped read as a
+        // row that should have gone: seed 416 of a soak). Or heard as this page opened: possibly
+        // what the page before it kept and did not tell.
+        let by_page_before = at.0 < self.page;
+        let kept_from = (event["early"] == true || by_page_before).then(|| self.previous_buckets.clone());
         match name {
             "applied" => {
                 let id = payload["id"].as_str().and_then(|s| s.parse().ok()).ok_or("applied without id")?;
@@ -301,6 +310,7 @@ impl BrowserClient {
         if let Some(b) = &buckets {
             self.rec.buckets = b.clone();
         }
+        self.page += 1;
         self.call("reload", json!({ "buckets": buckets })).await?;
         Ok(())
     }
@@ -308,6 +318,7 @@ impl BrowserClient {
     pub async fn push_then_reload(&mut self) -> Result<(), String> {
         self.rec.note("reload with a push on the wire".into());
         self.previous_buckets = self.rec.buckets.clone();
+        self.page += 1;
         self.call("pushThenReload", json!({})).await?;
         Ok(())
     }
