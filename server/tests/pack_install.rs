@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::{stream, StreamExt};
 use serde_json::{json, Value};
-use support::db::{mutation, pull_run, push_request, statuses, Caller, TestDb};
+use support::db::{clocked, mutation, now_ms, pull_run, push_request, statuses, Caller, TestDb};
 use tokio_postgres::{AsyncMessage, NoTls};
 
 const ALICE: &str = "a11ce000-0000-4000-8000-000000000001";
@@ -157,13 +157,11 @@ async fn an_upgrade_keeps_the_column_clocks_of_a_key_an_older_pack_spelled_by_a_
     let db = TestDb::new().await;
     db.owned_table("stamps", "at timestamptz primary key, label text", ", conflict_mode => 'hlc'").await;
     let alice = Caller::user(ALICE);
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
-    let clocked = |seq: i64, op: &str, label: &str, ms: i64| {
-        let mut m = mutation(seq, "stamps", "2026-12-07 01:00:00+00", op, json!({"at": "2026-12-07 01:00:00+00", "label": label}));
-        m["hlc"] = json!(format!("{ms:013}-0000-phone"));
-        m
+    let now_ms = now_ms();
+    let write = |seq: i64, op: &str, label: &str, ms: i64| {
+        clocked(mutation(seq, "stamps", "2026-12-07 01:00:00+00", op, json!({"at": "2026-12-07 01:00:00+00", "label": label})), ms, 0, "phone")
     };
-    let newer = db.push(&alice, push_request(DEVICE, vec![clocked(1, "upsert", "newer", now_ms - 1_000)])).await.unwrap();
+    let newer = db.push(&alice, push_request(DEVICE, vec![write(1, "upsert", "newer", now_ms - 1_000)])).await.unwrap();
     assert_eq!(statuses(&newer), ["APPLIED"]);
     // As a pack before version 12 left the log and the versions after a write from Tokyo.
     db.exec("update kizuna.changes set pk = '2026-12-07 10:00:00+09' where tbl = 'stamps';
@@ -172,7 +170,7 @@ async fn an_upgrade_keeps_the_column_clocks_of_a_key_an_older_pack_spelled_by_a_
         .await;
     db.reinstall().await;
 
-    let older = db.push(&alice, push_request(DEVICE, vec![clocked(2, "patch", "older", now_ms - 5_000)])).await.unwrap();
+    let older = db.push(&alice, push_request(DEVICE, vec![write(2, "patch", "older", now_ms - 5_000)])).await.unwrap();
     assert_eq!(statuses(&older), ["APPLIED"], "the write is accepted; its older column loses");
     assert_eq!(db.one::<String>("select label from public.stamps").await, "newer");
     assert_eq!(

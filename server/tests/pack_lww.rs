@@ -3,7 +3,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::db::{mutation, pull_run, push_request, statuses, Caller, TestDb};
+use support::db::{clocked, mutation, now_ms, pull_run, push_request, statuses, Caller, TestDb};
 
 const ALICE: &str = "a11ce000-0000-4000-8000-000000000001";
 const PHONE: &str = "c0000000-0000-4000-8000-0000000000a1";
@@ -121,12 +121,11 @@ async fn hlc_mode_orders_each_column_by_the_clamped_origin_clock() {
     owned_table(&db, "notes", ", conflict_mode => 'hlc', journal => true").await;
     db.exec("update kizuna.settings set hlc_max_skew = '2 seconds'").await;
     let alice = Caller::user(ALICE);
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
-    let hlc = |ms: i64, counter: u32, node: &str| format!("{ms:013}-{counter:04}-{node}");
+    let now_ms = now_ms();
 
     // Arrival order: newer clock first, then an older one on the same column and a fresh column.
-    let newer = with(mutation(1, "notes", "n1", "upsert", json!({"title": "newer"})), "hlc", json!(hlc(now_ms - 1_000, 0, "phone")));
-    let older = with(mutation(1, "notes", "n1", "patch", json!({"title": "older", "body": "body"})), "hlc", json!(hlc(now_ms - 5_000, 0, "laptop")));
+    let newer = clocked(mutation(1, "notes", "n1", "upsert", json!({"title": "newer"})), now_ms - 1_000, 0, "phone");
+    let older = clocked(mutation(1, "notes", "n1", "patch", json!({"title": "older", "body": "body"})), now_ms - 5_000, 0, "laptop");
     db.push(&alice, push_request(PHONE, vec![newer])).await.unwrap();
     let response = db.push(&alice, push_request(LAPTOP, vec![older])).await.unwrap();
     assert_eq!(statuses(&response), ["APPLIED"], "the write is accepted; its older column loses");
@@ -137,17 +136,17 @@ async fn hlc_mode_orders_each_column_by_the_clamped_origin_clock() {
 
     // A clock far in the future is clamped to server time plus the skew, so it cannot hold a
     // column forever: a later write a little past the window still wins.
-    let future = with(mutation(2, "notes", "n1", "patch", json!({"title": "from 2100"})), "hlc", json!(hlc(4_102_444_800_000, 0, "phone")));
+    let future = clocked(mutation(2, "notes", "n1", "patch", json!({"title": "from 2100"})), 4_102_444_800_000, 0, "phone");
     db.push(&alice, push_request(PHONE, vec![future])).await.unwrap();
     assert_eq!(db.one::<String>("select title from public.notes").await, "from 2100");
-    let later = with(mutation(2, "notes", "n1", "patch", json!({"title": "honest"})), "hlc", json!(hlc(now_ms + 60_000, 9999, "laptop")));
+    let later = clocked(mutation(2, "notes", "n1", "patch", json!({"title": "honest"})), now_ms + 60_000, 9999, "laptop");
     db.push(&alice, push_request(LAPTOP, vec![later])).await.unwrap();
     assert_eq!(db.one::<String>("select title from public.notes").await, "honest");
 
     // A plain SQL write is stamped with server time at its commit, and takes part in the order:
     // an edit made offline before it loses the column to it.
     db.exec("update public.notes set body = 'from a job'").await;
-    let stale = with(mutation(3, "notes", "n1", "patch", json!({"body": "offline"})), "hlc", json!(hlc(now_ms - 500, 0, "phone")));
+    let stale = clocked(mutation(3, "notes", "n1", "patch", json!({"body": "offline"})), now_ms - 500, 0, "phone");
     db.push(&alice, push_request(PHONE, vec![stale])).await.unwrap();
     assert_eq!(db.one::<String>("select body from public.notes").await, "from a job");
 }

@@ -4,7 +4,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::db::{call_as, mutation, pull_request, pull_run, push_request, statuses, Caller, TestDb};
+use support::db::{call_as, clocked, mutation, now_ms, pull_request, pull_run, push_request, statuses, Caller, TestDb};
 
 const ALICE: &str = "a11ce000-0000-4000-8000-000000000001";
 const BOB: &str = "b0b00000-0000-4000-8000-000000000002";
@@ -139,12 +139,8 @@ async fn in_hlc_mode_a_push_waits_for_a_plain_sql_write_before_ordering_columns(
     let db = TestDb::new().await;
     db.owned_table("docs", "id text primary key, body text", ", conflict_mode => 'hlc'").await;
     let alice = Caller::user(ALICE);
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
-    let with_clock = |mut m: Value, ms: i64| {
-        m["hlc"] = json!(format!("{ms:013}-0000-device"));
-        m
-    };
-    let first = with_clock(mutation(1, "docs", "d1", "upsert", json!({"body": "v0"})), now_ms - 20_000);
+    let now_ms = now_ms();
+    let first = clocked(mutation(1, "docs", "d1", "upsert", json!({"body": "v0"})), now_ms - 20_000, 0, "device");
     db.push(&alice, push_request(DEVICE, vec![first])).await.unwrap();
 
     // A job edits the row in plain SQL and commits while a push of an edit made offline five
@@ -152,7 +148,7 @@ async fn in_hlc_mode_a_push_waits_for_a_plain_sql_write_before_ordering_columns(
     let job = db.connect().await;
     job.batch_execute("begin; update public.docs set body = 'job' where id = 'd1'").await.unwrap();
     let pusher = db.connect().await;
-    let offline = with_clock(mutation(2, "docs", "d1", "patch", json!({"body": "offline"})), now_ms - 5_000);
+    let offline = clocked(mutation(2, "docs", "d1", "patch", json!({"body": "offline"})), now_ms - 5_000, 0, "device");
     let push = tokio::spawn(async move { call_as(&pusher, &alice, "kizuna_push", push_request(DEVICE, vec![offline])).await });
     until_blocked(&db, 1).await;
     job.batch_execute("commit").await.unwrap();

@@ -4,7 +4,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::db::{mutation, pull_request, pull_run, push_request, sql_as, sql_kept_as, statuses, Caller, TestDb};
+use support::db::{mutation, now_ms, pull_request, pull_run, push_request, sql_as, sql_kept_as, statuses, Caller, TestDb};
 
 const ALICE: &str = "a11ce000-0000-4000-8000-000000000001";
 const BOB: &str = "b0b00000-0000-4000-8000-000000000002";
@@ -267,7 +267,7 @@ async fn settings_a_plain_sql_writer_forges_do_not_steer_the_fence() {
     };
     assert_eq!(seq, horizon, "the write is numbered by the fence");
     let versions: Value = db.one("select jsonb_agg(jsonb_build_object('hlc', left(hlc, 13), 'client', client)) from kizuna.column_versions").await;
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let now_ms = now_ms();
     for v in versions.as_array().unwrap() {
         let at: i64 = v["hlc"].as_str().unwrap().parse().unwrap();
         assert!(at < now_ms + 120_000, "a clock at most the allowed skew ahead: {versions}");

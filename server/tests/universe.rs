@@ -6,10 +6,10 @@
 
 mod support;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::db::TestDb;
+use support::db::{now_ms, TestDb};
 use support::server::{TestServer, SECRET};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -130,10 +130,6 @@ async fn cli(args: &[&str]) -> String {
 fn down_target() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     format!("http://{}", listener.local_addr().unwrap())
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
 async fn sleep_until_ms(at: i64) {

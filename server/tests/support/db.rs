@@ -270,6 +270,17 @@ pub fn mutation(client_seq: i64, table: &str, pk: &str, op: &str, columns: Value
     m
 }
 
+/// Wall-clock time in milliseconds since the epoch, as a hybrid logical clock counts it.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// `m` stamped with the hybrid logical clock `<ms>-<counter>-<node>`, the shape the pack checks.
+pub fn clocked(mut m: Value, ms: i64, counter: u32, node: &str) -> Value {
+    m["hlc"] = json!(format!("{ms:013}-{counter:04}-{node}"));
+    m
+}
+
 pub fn push_request(client_id: &str, mutations: Vec<Value>) -> Value {
     json!({"protocol": 1, "client_id": client_id, "mutations": mutations})
 }
