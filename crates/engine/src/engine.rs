@@ -86,6 +86,8 @@ impl Engine {
     /// so no other engine coalesces it away; its verdict still finds it.
     pub fn adopt(&mut self, state: PersistedState) {
         let PersistedState { mut meta, outbox, mut dead, rows } = state;
+        // Rows the adapter loaded beyond the tracked keys are not needed in memory.
+        let tracked = PersistedState::tracked_keys(&outbox, &dead);
         order::sort_by_key(&mut dead, |d| d.entry.seq);
         self.outbox = outbox.into_iter().map(|e| (e.seq, e)).collect();
         // Defensive: a `next_seq` behind a live entry would reuse a number.
@@ -93,8 +95,6 @@ impl Engine {
         meta.next_seq = meta.next_seq.max(highest + 1);
         self.meta = meta;
         self.dead = dead;
-        // Rows the adapter loaded beyond the tracked keys are not needed in memory.
-        let tracked = order::set_of(self.outbox.values().map(OutboxEntry::key).chain(self.dead.iter().map(|d| d.entry.key())));
         self.rows = order::map_of(rows.into_iter().map(|r| (r.key(), r)).filter(|(k, _)| tracked.contains(k)));
     }
 
