@@ -223,6 +223,12 @@ pub(crate) fn row_key(table: &str, pk: &str) -> JsValue {
     Array::of2(&table.into(), &pk.into()).into()
 }
 
+/// `row_key` as JSON text, for keys that cross into JS inside a larger `JSON.parse` (`StepRecords`,
+/// `ServerRows`).
+fn write_row_key(text: &mut Vec<u8>, table: &str, pk: &str) -> serde_json::Result<()> {
+    serde_json::to_writer(text, &[table, pk])
+}
+
 /// A key after every row key of `table`: IndexedDB orders an array after any string.
 fn past_table(table: &str) -> JsValue {
     Array::of2(&table.into(), &Array::new()).into()
@@ -1053,8 +1059,9 @@ fn stage(txn: &WriteTxn<'_>, page_no: u32, text: &str) -> Result<(), ClientError
 
 /// The records of rows a page delivers that no write of ours touches, `{table, pk, bucket, base}`
 /// (`visible` absent: it is `base`) as `encode_row` would store them, gathered as the text of one
-/// JSON array around the rows' own text and made into JS objects by one `JSON.parse`: built and
-/// parsed one row at a time, a first sync of 100,000 rows made 100,000 of those calls. A page's
+/// JSON array around the rows' own text, each followed by its key, and made into JS objects by one
+/// `JSON.parse`: built and parsed one row at a time, a first sync of 100,000 rows made 100,000 of
+/// those calls. A page's
 /// other requests put the rows gathered so far first (`put`), so the store sees every request of
 /// the page in the page's order.
 #[derive(Default)]
@@ -1092,7 +1099,8 @@ impl<'p> ServerRows<'p> {
         serde_json::to_writer(&mut self.text, bucket.as_ref()).map_err(encode)?;
         self.text.extend_from_slice(b",\"base\":");
         self.text.extend_from_slice(row.as_bytes());
-        self.text.push(b'}');
+        self.text.extend_from_slice(b"},");
+        write_row_key(&mut self.text, &table, &pk).map_err(encode)?;
         self.rows.push((table, pk, row));
         Ok(())
     }
@@ -1116,10 +1124,11 @@ impl<'p> ServerRows<'p> {
         let corrupt = || ClientError::new("STORAGE_CORRUPT", "a staged row is not JSON");
         let text = std::str::from_utf8(&self.text).map_err(|_| corrupt())?;
         let records: Array = js_sys::JSON::parse(text).map_err(|_| corrupt())?.unchecked_into();
+        // Each record is followed by its key (`write_row_key`).
         for (i, (table, pk, row)) in self.rows.drain(..).enumerate() {
-            let record = records.get(i as u32);
+            let record = records.get(2 * i as u32);
             txn.store.set_server_row_tokens(&record, &table, row)?;
-            drop(rows.put(record).with_key(row_key(&table, &pk)).primitive().map_err(failed)?);
+            drop(rows.put(record).with_key(records.get(2 * i as u32 + 1)).primitive().map_err(failed)?);
             txn.written_alone(chunks, &RowKey::new(table.into_owned(), pk.into_owned()))?;
         }
         self.text.clear();
@@ -1162,11 +1171,11 @@ fn apply(txn: &WriteTxn<'_>, ops: &[StoreOp]) -> Result<(), ClientError> {
             StoreOp::PutRow(row) => {
                 let record = records.next();
                 db.set_tokens(&record, row)?;
-                drop(stores.get(ROWS)?.put(record).with_key(row_key(&row.table, &row.pk)).primitive().map_err(failed)?);
+                drop(stores.get(ROWS)?.put(record).with_key(records.next()).primitive().map_err(failed)?);
                 txn.written_alone(stores.get(CHUNKS)?, &RowKey::new(row.table.clone(), row.pk.clone()))?
             }
             StoreOp::DeleteRow(key) => {
-                drop(stores.get(ROWS)?.delete(row_key(&key.table, &key.pk)).primitive().map_err(failed)?);
+                drop(stores.get(ROWS)?.delete(records.next()).primitive().map_err(failed)?);
                 txn.written_alone(stores.get(CHUNKS)?, key)?
             }
             StoreOp::PutOutbox(entry) => {
@@ -1229,9 +1238,12 @@ impl<'t, 'a> OpenStores<'t, 'a> {
 }
 
 /// The records of a step's puts (`PutRow`, `PutOutbox`, `PutDead`, `PutMeta`), in the order of its
-/// ops, as JS objects made by one `JSON.parse` of one array. `apply` takes one for each of exactly
-/// these ops, in the same order: the matches in `apply` and `encode`, and the count that sizes the
-/// text, must name the same four.
+/// ops, as JS objects made by one `JSON.parse` of one array, each `PutRow`'s followed by its key, as
+/// is each `DeleteRow`'s key (a key made apart is a call into JS for the array and a string crossing
+/// for each of its two parts: in a CPU profile of `batch()`, `Array.of` and decoding the table's
+/// name were as much as serializing the records). `apply` takes one for each of exactly these ops,
+/// in the same order: the matches in `apply` and `encode`, and the count that sizes the text, must
+/// name the same ops.
 struct StepRecords {
     parsed: Array,
     taken: u32,
@@ -1241,12 +1253,16 @@ impl StepRecords {
     fn encode(ops: &[StoreOp]) -> Result<StepRecords, ClientError> {
         // About a record's size for each op that puts one (up to 1 MiB), so that a batch's text is
         // not copied as it grows; a step of many deletes asks for nothing.
-        let puts = ops.iter().filter(|op| matches!(op, StoreOp::PutRow(_) | StoreOp::PutOutbox(_) | StoreOp::PutDead(_) | StoreOp::PutMeta(_))).count();
+        let puts = ops.iter().filter(|op| matches!(op, StoreOp::PutRow(_) | StoreOp::DeleteRow(_) | StoreOp::PutOutbox(_) | StoreOp::PutDead(_) | StoreOp::PutMeta(_))).count();
         let mut text = Vec::with_capacity((256 * puts).min(1 << 20) + 2);
         text.push(b'[');
         for op in ops {
             let written = match op {
-                StoreOp::PutRow(row) => serde_json::to_writer(&mut text, row),
+                StoreOp::PutRow(row) => serde_json::to_writer(&mut text, row).and_then(|()| {
+                    text.push(b',');
+                    write_row_key(&mut text, &row.table, &row.pk)
+                }),
+                StoreOp::DeleteRow(key) => write_row_key(&mut text, &key.table, &key.pk),
                 StoreOp::PutOutbox(entry) => serde_json::to_writer(&mut text, entry),
                 StoreOp::PutDead(dead) => serde_json::to_writer(&mut text, dead),
                 StoreOp::PutMeta(meta) => serde_json::to_writer(&mut text, meta),
@@ -1265,7 +1281,7 @@ impl StepRecords {
         Ok(StepRecords { parsed: parsed.unchecked_into(), taken: 0 })
     }
 
-    /// The next record, in the order `encode` wrote them.
+    /// The next record (or key), in the order `encode` wrote them.
     fn next(&mut self) -> JsValue {
         self.taken += 1;
         self.parsed.get(self.taken - 1)

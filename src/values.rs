@@ -152,7 +152,31 @@ pub fn unknown_key(object: &JsValue, what: &dyn Display, known: &[&str]) -> Resu
 /// (never taken as absent: a throwing `applyAfter` would send the write at once, a throwing
 /// `where` would answer every row).
 pub fn property(object: &JsValue, name: &str, what: &dyn Display) -> Result<JsValue, JsValue> {
-    Reflect::get(object, &name.into()).map_err(|e| unreadable(&Field { parent: what, name }, &e))
+    property_at(object, &name.into(), name, what)
+}
+
+/// `property`, with the name already a JS string (`key`).
+fn property_at(object: &JsValue, key: &JsValue, name: &str, what: &dyn Display) -> Result<JsValue, JsValue> {
+    Reflect::get(object, key).map_err(|e| unreadable(&Field { parent: what, name }, &e))
+}
+
+/// Property names read from many objects of one shape, each made a JS string once.
+pub struct PropertyNames<const N: usize> {
+    names: [(&'static str, JsValue); N],
+}
+
+impl<const N: usize> PropertyNames<N> {
+    pub fn new(names: [&'static str; N]) -> Self {
+        PropertyNames { names: names.map(|name| (name, JsValue::from_str(name))) }
+    }
+
+    /// `property` of `name`, which is one of them or else is made a JS string as `property` does.
+    pub fn read(&self, object: &JsValue, name: &str, what: &dyn Display) -> Result<JsValue, JsValue> {
+        match self.names.iter().find(|(n, _)| *n == name) {
+            Some((_, key)) => property_at(object, key, name, what),
+            None => property(object, name, what),
+        }
+    }
 }
 
 /// The items of an array, each read as `what[i]`.
