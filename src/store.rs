@@ -1061,9 +1061,8 @@ fn stage(txn: &WriteTxn<'_>, page_no: u32, text: &str) -> Result<(), ClientError
 /// (`visible` absent: it is `base`) as `encode_row` would store them, gathered as the text of one
 /// JSON array around the rows' own text, each followed by its key, and made into JS objects by one
 /// `JSON.parse`: built and parsed one row at a time, a first sync of 100,000 rows made 100,000 of
-/// those calls. A page's
-/// other requests put the rows gathered so far first (`put`), so the store sees every request of
-/// the page in the page's order.
+/// those calls. A page's other requests put the rows gathered so far first (`put`), so the store
+/// sees every request of the page in the page's order.
 #[derive(Default)]
 struct ServerRows<'p> {
     text: Vec<u8>,
