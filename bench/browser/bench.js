@@ -342,6 +342,52 @@ window.bench = {
     client.close();
     return sent;
   },
+
+  // The wake-up's floor on this host, measured right after it: the same steps with nothing of the
+  // client's in them, in turn, n times. A's write as raw IndexedDB's two puts; A's push as a plain
+  // fetch of a one-row push (a device of its own, a fresh row each time); B's pull as a plain fetch
+  // from B's checkpoint by a device of its own, which brings that row and closes its run (so its
+  // `served_to` is written, as B's is); B's commit as raw IndexedDB's two puts again. No wake
+  // stream: the pull follows the push's answer at once.
+  async wakeFloor(sub, n) {
+    const jwt = await token(sub);
+    const rpc = async (fn, request) => {
+      const res = await fetch(`/rest/v1/rpc/${fn}`, { method: "POST", body: JSON.stringify({ request }),
+        headers: { "content-type": "application/json", authorization: `Bearer ${jwt}` } });
+      const text = await res.text();
+      if (!res.ok) throw new Error(`wake floor: ${fn} answered ${res.status}: ${text.slice(0, 200)}`);
+      return JSON.parse(text);
+    };
+    const pusher = crypto.randomUUID(), puller = crypto.randomUUID(), buckets = [`user:${sub}`];
+    let cursor = null;
+    for (let page = { done: false }; !page.done;) {
+      page = await rpc("kizuna_pull", { protocol: 1, client_id: puller, cursor, buckets, limit: 1000 });
+      cursor = page.cursor;
+    }
+    const db = await rawDb(`raw-wake-${crypto.randomUUID()}`);
+    const parts = { write: [], push: [], pull: [], commit: [], total: [] };
+    for (let i = 0; i < n; i++) {
+      const pk = `floor-${sub}-${i}`, r = { ...row(i), id: pk };
+      const t0 = now();
+      await rawPut(db, [[i, r]]);
+      const t1 = now();
+      const pushed = await rpc("kizuna_push", { protocol: 1, client_id: pusher, mutations: [{ id: crypto.randomUUID(), client_seq: i + 1,
+        table: "todos", pk, op: "upsert", columns: r, read_seq: 0, hlc: `${Date.now()}-0000-floor` }] });
+      const t2 = now();
+      const page = await rpc("kizuna_pull", { protocol: 1, client_id: puller, cursor, buckets, limit: 1000 });
+      const t3 = now();
+      await rawPut(db, [[i, r]]);
+      const t4 = now();
+      if (pushed.verdicts?.[0]?.status !== "APPLIED" || !page.done || page.entries.length !== 1) {
+        throw new Error(`wake floor: round ${i} pushed ${JSON.stringify(pushed.verdicts)}, pulled ${page.entries.length} entries`);
+      }
+      cursor = page.cursor;
+      parts.write.push(t1 - t0); parts.push.push(t2 - t1); parts.pull.push(t3 - t2); parts.commit.push(t4 - t3); parts.total.push(t4 - t0);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    db.close();
+    return Object.fromEntries(Object.entries(parts).map(([k, xs]) => [`floor_${k}_p50_ms`, median(xs)]));
+  },
 };
 window.stats = { median, p99 };
 document.getElementById("state").textContent = "ready";

@@ -78,6 +78,10 @@ try {
     const sorted = latencies.sort((x, y) => x - y);
     results.wake_latency = { samples: sorted.length, of: sent.length, p50_ms: median(sorted), p99_ms: sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * 0.99))],
                              ...wakeParts(sent, heard, await a.evaluate(() => window.requests), await b.evaluate(() => window.requests)) };
+    // The same steps with nothing of the client's in them, in the same pages right after: what
+    // this host allows a wake-up (see bench.js, wakeFloor), and the wake-up's ratio to it.
+    Object.assign(results.wake_latency, await a.evaluate(([s]) => window.bench.wakeFloor(s, 20), [sub]));
+    results.wake_latency.floor_ratio = results.wake_latency.p50_ms / results.wake_latency.floor_total_p50_ms;
   }
 
   const wasm = readFileSync("pkg/kizunasync_bg.wasm"), js = readFileSync("pkg/kizunasync.js");
