@@ -344,16 +344,17 @@ window.bench = {
   },
 
   // The wake-up's floor on this host, measured right after it: the same steps with nothing of the
-  // client's in them, in turn, n times. A's write as raw IndexedDB's two puts; A's push as a plain
-  // fetch of a one-row push (a device of its own, a fresh row each time); B's pull as a plain fetch
-  // from B's checkpoint by a device of its own, which brings that row and closes its run (so its
-  // `served_to` is written, as B's is); B's commit as raw IndexedDB's two puts again. No wake
-  // stream: the pull follows the push's answer at once.
+  // client's in them, in turn, n times, each part timed as the wake-up's are (run.mjs, wakeParts).
+  // A's write as raw IndexedDB's two puts; A's push as a plain fetch of a one-row push (a device of
+  // its own, a fresh row each time) until its answer's headers; B's pull as a plain fetch, sent
+  // then, from B's checkpoint by a device of its own, until its headers: it brings that row and
+  // closes its run (so its `served_to` is written, as B's is); B's commit as that answer's body
+  // read and parsed, and raw IndexedDB's two puts again. No wake stream between push and pull.
   async wakeFloor(sub, n) {
     const jwt = await token(sub);
-    const rpc = async (fn, request) => {
-      const res = await fetch(`/rest/v1/rpc/${fn}`, { method: "POST", body: JSON.stringify({ request }),
-        headers: { "content-type": "application/json", authorization: `Bearer ${jwt}` } });
+    const rpc = (fn, request) => fetch(`/rest/v1/rpc/${fn}`, { method: "POST", body: JSON.stringify({ request }),
+      headers: { "content-type": "application/json", authorization: `Bearer ${jwt}` } });
+    const read = async (res, fn) => {
       const text = await res.text();
       if (!res.ok) throw new Error(`wake floor: ${fn} answered ${res.status}: ${text.slice(0, 200)}`);
       return JSON.parse(text);
@@ -361,7 +362,7 @@ window.bench = {
     const pusher = crypto.randomUUID(), puller = crypto.randomUUID(), buckets = [`user:${sub}`];
     let cursor = null;
     for (let page = { done: false }; !page.done;) {
-      page = await rpc("kizuna_pull", { protocol: 1, client_id: puller, cursor, buckets, limit: 1000 });
+      page = await read(await rpc("kizuna_pull", { protocol: 1, client_id: puller, cursor, buckets, limit: 1000 }), "kizuna_pull");
       cursor = page.cursor;
     }
     const db = await rawDb(`raw-wake-${crypto.randomUUID()}`);
@@ -371,15 +372,18 @@ window.bench = {
       const t0 = now();
       await rawPut(db, [[i, r]]);
       const t1 = now();
-      const pushed = await rpc("kizuna_push", { protocol: 1, client_id: pusher, mutations: [{ id: crypto.randomUUID(), client_seq: i + 1,
+      const pushing = await rpc("kizuna_push", { protocol: 1, client_id: pusher, mutations: [{ id: crypto.randomUUID(), client_seq: i + 1,
         table: "todos", pk, op: "upsert", columns: r, read_seq: 0, hlc: `${Date.now()}-0000-floor` }] });
       const t2 = now();
-      const page = await rpc("kizuna_pull", { protocol: 1, client_id: puller, cursor, buckets, limit: 1000 });
+      const pushed = read(pushing, "kizuna_push");
+      const pulling = await rpc("kizuna_pull", { protocol: 1, client_id: puller, cursor, buckets, limit: 1000 });
       const t3 = now();
+      const page = await read(pulling, "kizuna_pull");
       await rawPut(db, [[i, r]]);
       const t4 = now();
-      if (pushed.verdicts?.[0]?.status !== "APPLIED" || !page.done || page.entries.length !== 1) {
-        throw new Error(`wake floor: round ${i} pushed ${JSON.stringify(pushed.verdicts)}, pulled ${page.entries.length} entries`);
+      const verdicts = (await pushed).verdicts;
+      if (verdicts?.[0]?.status !== "APPLIED" || !page.done || page.entries.length !== 1) {
+        throw new Error(`wake floor: round ${i} pushed ${JSON.stringify(verdicts)}, pulled ${page.entries.length} entries`);
       }
       cursor = page.cursor;
       parts.write.push(t1 - t0); parts.push.push(t2 - t1); parts.pull.push(t3 - t2); parts.commit.push(t4 - t3); parts.total.push(t4 - t0);
