@@ -11,6 +11,10 @@ async function token(sub) {
   const res = await fetch("/kizuna/v1/dev-token", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ sub }) });
   return (await res.json()).token;
 }
+// A plain POST of `body` (JSON text) to the gateway's RPC `fn` with the caller's token: how the
+// limits the client's requests are measured against reach the server.
+const plainRpc = (jwt, fn, body) => fetch(`/rest/v1/rpc/${fn}`, {
+  method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${jwt}` }, body });
 const open = async (name, sub, extra = {}) => {
   const jwt = await token(sub);
   return KizunaClient.open({ name, url: location.origin, token: () => jwt, buckets: [`user:${sub}`], autoSync: false, ...extra });
@@ -182,10 +186,8 @@ window.bench = {
     let cursor = null;
     t = now();
     for (;;) {
-      const res = await fetch("/rest/v1/rpc/kizuna_pull", {
-        method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${jwt}` },
-        body: JSON.stringify({ request: { protocol: 1, client_id: crypto.randomUUID(), cursor, buckets: [`user:${sub}`], limit } }),
-      });
+      const res = await plainRpc(jwt, "kizuna_pull",
+        JSON.stringify({ request: { protocol: 1, client_id: crypto.randomUUID(), cursor, buckets: [`user:${sub}`], limit } }));
       const page = await res.json();
       pages.push(page.entries);
       if (page.done) break;
@@ -304,9 +306,7 @@ window.bench = {
     let applied = 0;
     const f = now();
     for (const body of again) {
-      const res = await fetch("/rest/v1/rpc/kizuna_push", {
-        method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${jwt}` }, body,
-      });
+      const res = await plainRpc(jwt, "kizuna_push", body);
       const answer = await res.json();
       applied += answer.verdicts.filter((v) => v.status === "APPLIED").length;
     }
@@ -352,8 +352,7 @@ window.bench = {
   // read and parsed, and raw IndexedDB's two puts again. No wake stream between push and pull.
   async wakeFloor(sub, n) {
     const jwt = await token(sub);
-    const rpc = (fn, request) => fetch(`/rest/v1/rpc/${fn}`, { method: "POST", body: JSON.stringify({ request }),
-      headers: { "content-type": "application/json", authorization: `Bearer ${jwt}` } });
+    const rpc = (fn, request) => plainRpc(jwt, fn, JSON.stringify({ request }));
     const read = async (res, fn) => {
       const text = await res.text();
       if (!res.ok) throw new Error(`wake floor: ${fn} answered ${res.status}: ${text.slice(0, 200)}`);
