@@ -12,6 +12,7 @@ mod indexes;
 mod js;
 mod leader;
 mod options;
+mod ordering;
 mod pages;
 mod row_reads;
 mod runner;

@@ -192,6 +192,14 @@ export interface QueryFilter<R extends object = Row> {
   where?: Partial<R>;
   /** Only rows the server placed in this bucket (and rows written here that no pull has placed yet). */
   bucket?: string;
+  /**
+   * The column the rows come in the order of (ascending), or `[column, "asc" | "desc"]`; without
+   * it, primary-key order. Across types: a missing column and null first, then false, true,
+   * numbers, strings (by code point), then arrays and objects; equal values in primary-key order.
+   */
+  orderBy?: (keyof R & string) | readonly [keyof R & string, "asc" | "desc"];
+  /** At most this many rows, the first ones in that order: a whole number of at least 1. */
+  limit?: number;
 }
 
 /** A write waiting in the outbox. */
@@ -292,7 +300,7 @@ export class KizunaClient<DB extends object = AnyTables> {
   get<T extends TableName<DB>>(table: T, pk: string): Promise<RowOf<DB, T> | null>;
   /** Returns a promise of every visible row of a table. */
   list<T extends TableName<DB>>(table: T): Promise<RowOf<DB, T>[]>;
-  /** Returns a promise of the visible rows of a table matching the filter. */
+  /** Returns a promise of the visible rows of a table matching the filter, in its order. */
   query<T extends TableName<DB>>(table: T, filter?: QueryFilter<RowOf<DB, T>>): Promise<RowOf<DB, T>[]>;
   /**
    * Answers at once with a function that unsubscribes. Calls `listener` soon after the call

@@ -19,6 +19,7 @@ use wasm_bindgen::prelude::*;
 
 use crate::api::invalid;
 use crate::error::ClientError;
+use crate::ordering::{self, OrderBy};
 use crate::runner::Inner;
 use crate::values;
 
@@ -26,20 +27,23 @@ use crate::values;
 /// cheaper than that many single reads.
 const RESCAN_ABOVE: usize = 256;
 
-/// `where` (columns that must equal these values) and `bucket` (rows the server placed in it, and
-/// rows written here that no pull has placed yet).
+/// `where` (columns that must equal these values), `bucket` (rows the server placed in it, and
+/// rows written here that no pull has placed yet), `orderBy` and `limit` (`ordering.rs`).
 #[derive(Clone, Default)]
 pub struct Filter {
     pub conditions: Row,
     pub bucket: Option<String>,
+    pub order_by: Option<OrderBy>,
+    pub limit: Option<usize>,
 }
 
 impl Filter {
-    /// Parses `{ where?, bucket? }`; any other key is refused, so a misspelt one fails loudly.
+    /// Parses `{ where?, bucket?, orderBy?, limit? }`; any other key is refused, so a misspelt one
+    /// fails loudly.
     pub fn parse(filter: Option<JsValue>) -> Result<Filter, JsValue> {
         let Some(filter) = values::options(&filter.unwrap_or(JsValue::UNDEFINED), "filter")? else { return Ok(Filter::default()) };
-        if let Some(key) = values::unknown_key(&filter, &"filter", &["where", "bucket"])? {
-            return Err(invalid(format!("unknown filter key '{key}'; known: where, bucket")));
+        if let Some(key) = values::unknown_key(&filter, &"filter", &["where", "bucket", "orderBy", "limit"])? {
+            return Err(invalid(format!("unknown filter key '{key}'; known: where, bucket, orderBy, limit")));
         }
         let w = values::property(&filter, "where", &"filter")?;
         let conditions = if w.is_undefined() { Row::new() } else { values::row(&w, "filter.where")? };
@@ -54,7 +58,11 @@ impl Filter {
         }
         let b = values::property(&filter, "bucket", &"filter")?;
         let bucket = if b.is_undefined() { None } else { Some(values::text(&b, "filter.bucket")?) };
-        Ok(Filter { conditions, bucket })
+        let o = values::property(&filter, "orderBy", &"filter")?;
+        let order_by = if o.is_undefined() { None } else { Some(OrderBy::parse(&o)?) };
+        let l = values::property(&filter, "limit", &"filter")?;
+        let limit = if l.is_undefined() { None } else { Some(ordering::parse_limit(&l)?) };
+        Ok(Filter { conditions, bucket, order_by, limit })
     }
 
     /// The visible row of `record` when it belongs in the result. `unplaced_here` says whether a
@@ -126,14 +134,38 @@ impl Filter {
         Ok(())
     }
 
-    /// The result for the app: an array of its rows, in primary-key order.
+    /// The result for the app: an array of its rows, in primary-key order or `orderBy`'s, at most
+    /// `limit` of them.
     pub async fn rows(&self, inner: &Inner, table: &str) -> Result<js_sys::Array, ClientError> {
-        let rows = js_sys::Array::new();
+        let limit = self.limit.unwrap_or(usize::MAX);
+        let mut rows = Vec::new();
         self.select(inner, table, |_, row| {
-            rows.push(&row);
+            // In primary-key order a limit is reached as the rows arrive; in another, only once all have.
+            if self.order_by.is_some() || rows.len() < limit {
+                rows.push(row);
+            }
         })
         .await?;
-        Ok(rows)
+        if let Some(order_by) = &self.order_by {
+            rows = order_by.sort_js(rows);
+            rows.truncate(limit);
+        }
+        Ok(rows.into_iter().collect())
+    }
+
+    /// Whether the app sees a result other than all of it in primary-key order.
+    fn arranges(&self) -> bool {
+        self.order_by.is_some() || self.limit.is_some()
+    }
+
+    /// What the app sees of a result held by primary key: in `orderBy`'s order, at most `limit` rows.
+    fn shown<'r>(&self, result: &'r BTreeMap<String, Row>) -> Vec<&'r Row> {
+        let mut rows = match &self.order_by {
+            Some(order_by) => order_by.sort_rows(result.values()),
+            None => result.values().collect(),
+        };
+        rows.truncate(self.limit.unwrap_or(usize::MAX));
+        rows
     }
 
     /// The whole result for `table`, by primary key (a watch keeps it to tell what changed).
@@ -203,7 +235,11 @@ struct Watch {
     table: String,
     filter: Filter,
     listener: Function,
+    /// Every row the filter admits, by primary key.
     result: RefCell<BTreeMap<String, Row>>,
+    /// What the listener last heard, for a filter that orders or limits (`Filter::arranges`): a
+    /// change to a row past the limit alters the result but not what the app sees.
+    shown: RefCell<Vec<Row>>,
 }
 
 #[derive(Default)]
@@ -254,7 +290,7 @@ fn touched(events: &[Event]) -> Touched {
 pub fn watch(inner: &Rc<Inner>, table: String, filter: Filter, listener: Function) -> u32 {
     let id = inner.watches.next_id.get() + 1;
     inner.watches.next_id.set(id);
-    let watch = Rc::new(Watch { id, table, filter, listener, result: RefCell::new(BTreeMap::new()) });
+    let watch = Rc::new(Watch { id, table, filter, listener, result: RefCell::new(BTreeMap::new()), shown: RefCell::new(Vec::new()) });
     inner.watches.list.borrow_mut().push(watch.clone());
     let inner = inner.clone();
     wasm_bindgen_futures::spawn_local(async move {
@@ -335,8 +371,15 @@ async fn refresh(inner: &Inner, watch: &Watch, pks: Option<&BTreeSet<String>>, f
     if !first && *watch.result.borrow() == next {
         return;
     }
-    let rows = Value::Array(next.values().cloned().map(Value::Object).collect());
+    let shown: Vec<Row> = watch.filter.shown(&next).into_iter().cloned().collect();
     *watch.result.borrow_mut() = next;
+    if watch.filter.arranges() {
+        if !first && *watch.shown.borrow() == shown {
+            return;
+        }
+        *watch.shown.borrow_mut() = shown.clone();
+    }
+    let rows = Value::Array(shown.into_iter().map(Value::Object).collect());
     let Ok(js) = crate::js::encode(&rows) else { return };
     if let Err(err) = watch.listener.call1(&JsValue::NULL, &js) {
         web_sys::console::error_2(&"kizuna: a watch listener threw".into(), &err);

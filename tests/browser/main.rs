@@ -12,6 +12,7 @@ mod conflicts;
 mod consistency;
 mod indexes;
 mod js_face;
+mod ordering;
 mod pull_side;
 mod push_side;
 mod upgrades;

@@ -49,6 +49,8 @@ export async function typed(): Promise<void> {
   });
   stop();
   client.watch("notes", undefined, (rows) => console.log(rows.filter((n) => n.pinned).length));
+  const firstOpen: Todo[] = await client.query("todos", { where: { done: false }, orderBy: ["position", "desc"], limit: 10 });
+  client.watch("todos", { orderBy: "title", limit: 3 }, (rows) => console.log(rows.length, firstOpen.length));
   if (todo) console.log(todo.title.toUpperCase(), todo.done, todo.note?.length);
   console.log(titles, pinned);
 
@@ -69,6 +71,12 @@ export async function typed(): Promise<void> {
   await client.query("todos", { wher: { done: false } });
   // @ts-expect-error a filter value of the wrong type
   await client.query("todos", { where: { done: "no" } });
+  // @ts-expect-error an order by a column the table does not have
+  await client.query("todos", { orderBy: "titel" });
+  // @ts-expect-error a direction other than "asc" or "desc"
+  await client.query("todos", { orderBy: ["position", "down"] });
+  // @ts-expect-error a limit that is not a number
+  client.watch("todos", { limit: "3" }, () => {});
   // @ts-expect-error watch filters are typed the same way
   client.watch("todos", { where: { position: "first" } }, () => {});
   // @ts-expect-error the listener gets rows of the watched table

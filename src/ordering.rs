@@ -1,0 +1,115 @@
+//! `orderBy` and `limit` of a query or a live query: the order its rows are handed back in, and
+//! how many.
+//!
+//! Values of the ordered column compare across types as Firestore orders them: a missing column
+//! and null first, then booleans (false before true), numbers, strings (by Unicode code point),
+//! then arrays and objects (by their JSON text, keys sorted). Rows with equal values keep
+//! primary-key order, in either direction, so a `limit` always cuts at the same row.
+
+use std::cmp::Ordering;
+
+use kizuna_protocol::Row;
+use serde_json::Value;
+use wasm_bindgen::prelude::*;
+
+use crate::api::invalid;
+use crate::values;
+
+/// The column a result is ordered by, and the direction.
+#[derive(Clone)]
+pub struct OrderBy {
+    column: String,
+    descending: bool,
+}
+
+/// A row's value of the ordered column, as it compares: the variants in the order of their types.
+#[derive(PartialEq, PartialOrd)]
+enum SortValue {
+    Null,
+    Bool(bool),
+    Number(f64),
+    Text(String),
+    Json(String),
+}
+
+impl SortValue {
+    fn of_json(value: Option<&Value>) -> SortValue {
+        match value {
+            None | Some(Value::Null) => SortValue::Null,
+            Some(Value::Bool(b)) => SortValue::Bool(*b),
+            Some(Value::Number(n)) => SortValue::Number(n.as_f64().unwrap_or(0.0)),
+            Some(Value::String(s)) => SortValue::Text(s.clone()),
+            Some(other) => SortValue::Json(other.to_string()),
+        }
+    }
+
+    /// The same for a row as IndexedDB handed it back: scalars read as they are, anything else
+    /// through JSON as a watch holds it, so a query and a watch order such values alike.
+    fn of_js(value: &JsValue) -> SortValue {
+        if value.is_undefined() || value.is_null() {
+            SortValue::Null
+        } else if let Some(b) = value.as_bool() {
+            SortValue::Bool(b)
+        } else if let Some(n) = value.as_f64() {
+            SortValue::Number(n)
+        } else if let Some(s) = value.as_string() {
+            SortValue::Text(s)
+        } else {
+            SortValue::of_json(crate::js::decode::<Value>(value).ok().as_ref())
+        }
+    }
+}
+
+impl OrderBy {
+    /// `orderBy`: a column, ascending, or `[column, "asc" | "desc"]`.
+    pub fn parse(value: &JsValue) -> Result<OrderBy, JsValue> {
+        if value.is_string() {
+            return Ok(OrderBy { column: values::text(value, "filter.orderBy")?, descending: false });
+        }
+        let shape = || invalid("filter.orderBy must be a column name or [column, \"asc\" | \"desc\"]");
+        if !js_sys::Array::is_array(value) {
+            return Err(shape());
+        }
+        let pair = values::items(value, &"filter.orderBy")?;
+        let [column, direction] = pair.as_slice() else { return Err(shape()) };
+        let descending = match direction.as_string().as_deref() {
+            Some("asc") => false,
+            Some("desc") => true,
+            _ => return Err(invalid("filter.orderBy[1] must be \"asc\" or \"desc\"")),
+        };
+        Ok(OrderBy { column: values::text(column, "filter.orderBy[0]")?, descending })
+    }
+
+    fn compare(&self, a: &SortValue, b: &SortValue) -> Ordering {
+        let order = a.partial_cmp(b).unwrap_or(Ordering::Equal);
+        if self.descending { order.reverse() } else { order }
+    }
+
+    /// `rows` (JS rows in primary-key order) in this order.
+    pub fn sort_js(&self, rows: Vec<JsValue>) -> Vec<JsValue> {
+        let column = JsValue::from_str(&self.column);
+        let mut keyed: Vec<(SortValue, JsValue)> = rows
+            .into_iter()
+            .map(|row| (SortValue::of_js(&js_sys::Reflect::get(&row, &column).unwrap_or(JsValue::UNDEFINED)), row))
+            .collect();
+        kizuna_engine::order::sort_by(&mut keyed, |a, b| self.compare(&a.0, &b.0));
+        keyed.into_iter().map(|(_, row)| row).collect()
+    }
+
+    /// `rows` (in primary-key order) in this order.
+    pub fn sort_rows<'r>(&self, rows: impl Iterator<Item = &'r Row>) -> Vec<&'r Row> {
+        let mut keyed: Vec<(SortValue, &Row)> = rows.map(|row| (SortValue::of_json(row.get(&self.column)), row)).collect();
+        kizuna_engine::order::sort_by(&mut keyed, |a, b| self.compare(&a.0, &b.0));
+        keyed.into_iter().map(|(_, row)| row).collect()
+    }
+}
+
+/// `limit`: a whole number of rows, at least 1.
+pub fn parse_limit(value: &JsValue) -> Result<usize, JsValue> {
+    let n = value.as_f64().ok_or_else(|| invalid("filter.limit must be a number"))?;
+    let n = values::whole_number(n, "filter.limit")?;
+    if n < 1 {
+        return Err(invalid(format!("filter.limit must be at least 1, not {n}")));
+    }
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
+}
