@@ -85,15 +85,9 @@ impl OrderBy {
         if self.descending { order.reverse() } else { order }
     }
 
-    /// `rows` (JS rows in primary-key order) in this order.
-    pub fn sort_js(&self, rows: Vec<JsValue>) -> Vec<JsValue> {
-        let column = JsValue::from_str(&self.column);
-        let mut keyed: Vec<(SortValue, JsValue)> = rows
-            .into_iter()
-            .map(|row| (SortValue::of_js(&js_sys::Reflect::get(&row, &column).unwrap_or(JsValue::UNDEFINED)), row))
-            .collect();
-        kizuna_engine::order::sort_by(&mut keyed, |a, b| self.compare(&a.0, &b.0));
-        keyed.into_iter().map(|(_, row)| row).collect()
+    /// A collector of the first `limit` JS rows in this order, offered in primary-key order.
+    pub fn first_rows(&self, limit: usize) -> FirstRows<'_> {
+        FirstRows { order_by: self, column: JsValue::from_str(&self.column), limit, held: Vec::new() }
     }
 
     /// `rows` (in primary-key order) in this order.
@@ -101,6 +95,39 @@ impl OrderBy {
         let mut keyed: Vec<(SortValue, &Row)> = rows.map(|row| (SortValue::of_json(row.get(&self.column)), row)).collect();
         kizuna_engine::order::sort_by(&mut keyed, |a, b| self.compare(&a.0, &b.0));
         keyed.into_iter().map(|(_, row)| row).collect()
+    }
+}
+
+/// The first rows of a query in an order, as IndexedDB hands its rows over: it holds at most twice
+/// `limit` of them (each with its value of the column) and drops the rest as it goes, so a query
+/// with a limit holds in wasm memory what it returns, not what it reads. Without a limit it holds
+/// every row's value until it sorts them.
+pub struct FirstRows<'o> {
+    order_by: &'o OrderBy,
+    column: JsValue,
+    limit: usize,
+    held: Vec<(SortValue, JsValue)>,
+}
+
+impl FirstRows<'_> {
+    pub fn offer(&mut self, row: JsValue) {
+        let value = SortValue::of_js(&js_sys::Reflect::get(&row, &self.column).unwrap_or(JsValue::UNDEFINED));
+        self.held.push((value, row));
+        if self.held.len() >= self.limit.saturating_mul(2) {
+            self.keep_first();
+        }
+    }
+
+    /// Sorts what is held (stably: rows came in primary-key order) and keeps the first `limit`.
+    fn keep_first(&mut self) {
+        let order_by = self.order_by;
+        kizuna_engine::order::sort_by(&mut self.held, |a, b| order_by.compare(&a.0, &b.0));
+        self.held.truncate(self.limit);
+    }
+
+    pub fn into_array(mut self) -> js_sys::Array {
+        self.keep_first();
+        self.held.into_iter().map(|(_, row)| row).collect()
     }
 }
 

@@ -138,19 +138,25 @@ impl Filter {
     /// `limit` of them.
     pub async fn rows(&self, inner: &Inner, table: &str) -> Result<js_sys::Array, ClientError> {
         let limit = self.limit.unwrap_or(usize::MAX);
-        let mut rows = Vec::new();
-        self.select(inner, table, |_, row| {
-            // In primary-key order a limit is reached as the rows arrive; in another, only once all have.
-            if self.order_by.is_some() || rows.len() < limit {
-                rows.push(row);
+        // Rows go from IndexedDB to the app without a copy in wasm memory (`select`); in an order,
+        // each row's value of the column is held while they are sorted (`FirstRows`).
+        match &self.order_by {
+            None => {
+                let rows = js_sys::Array::new();
+                self.select(inner, table, |_, row| {
+                    if (rows.length() as usize) < limit {
+                        rows.push(&row);
+                    }
+                })
+                .await?;
+                Ok(rows)
             }
-        })
-        .await?;
-        if let Some(order_by) = &self.order_by {
-            rows = order_by.sort_js(rows);
-            rows.truncate(limit);
+            Some(order_by) => {
+                let mut first = order_by.first_rows(limit);
+                self.select(inner, table, |_, row| first.offer(row)).await?;
+                Ok(first.into_array())
+            }
         }
-        Ok(rows.into_iter().collect())
     }
 
     /// Whether the app sees a result other than all of it in primary-key order.

@@ -62,6 +62,25 @@ async fn a_query_hands_back_its_rows_in_the_order_of_a_column_and_at_most_its_li
     assert_eq!(query(&mixed, json!({"orderBy": "title"})).await, ["m0", "m5", "m7", "m2", "m3", "m8", "m6", "m1", "m9", "m4"]);
     assert_eq!(query(&mixed, json!({"orderBy": ["title", "desc"], "limit": 3})).await, ["m4", "m9", "m1"]);
     mixed.close();
+
+    // A limit cuts where sorting every row would: the query holds only about twice its limit at a time.
+    let many = open(&options(&format!("order-many-{}", random_id()), &user)).await;
+    let writes: Vec<Value> = (0..40)
+        .map(|i| json!({"op": "upsert", "table": "todos", "pk": format!("{user}.n{i:02}"),
+                        "row": {"id": format!("{user}.n{i:02}"), "title": "n", "position": (i * 7) % 10}}))
+        .collect();
+    ok(many.batch(to_js(&json!(writes)))).await;
+    let mut expected: Vec<(i64, String)> = (0..40).map(|i| ((i * 7) % 10, format!("n{i:02}"))).collect();
+    expected.sort();
+    let first: Vec<String> = expected.iter().take(7).map(|(_, k)| k.clone()).collect();
+    assert_eq!(query(&many, json!({"orderBy": "position", "limit": 7})).await, first);
+    let last: Vec<String> = {
+        let mut desc = expected.clone();
+        desc.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        desc.iter().take(5).map(|(_, k)| k.clone()).collect()
+    };
+    assert_eq!(query(&many, json!({"orderBy": ["position", "desc"], "limit": 5})).await, last);
+    many.close();
     client.close();
 }
 
