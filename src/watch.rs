@@ -159,9 +159,10 @@ impl Filter {
         }
     }
 
-    /// Whether the app sees a result other than all of it in primary-key order.
-    fn arranges(&self) -> bool {
-        self.order_by.is_some() || self.limit.is_some()
+    /// Whether the app sees only part of a result: a change to the rest alters the result and not
+    /// what the app sees. (An order alone shows all of it: it changes exactly when the result does.)
+    fn limits(&self) -> bool {
+        self.limit.is_some()
     }
 
     /// What the app sees of a result held by primary key: in `orderBy`'s order, at most `limit` rows.
@@ -243,8 +244,8 @@ struct Watch {
     listener: Function,
     /// Every row the filter admits, by primary key.
     result: RefCell<BTreeMap<String, Row>>,
-    /// What the listener last heard, for a filter that orders or limits (`Filter::arranges`): a
-    /// change to a row past the limit alters the result but not what the app sees.
+    /// What the listener last heard, for a filter with a limit (`Filter::limits`): a change to a
+    /// row past the limit alters the result but not what the app sees.
     shown: RefCell<Vec<Row>>,
 }
 
@@ -379,7 +380,7 @@ async fn refresh(inner: &Inner, watch: &Watch, pks: Option<&BTreeSet<String>>, f
     }
     let shown: Vec<Row> = watch.filter.shown(&next).into_iter().cloned().collect();
     *watch.result.borrow_mut() = next;
-    if watch.filter.arranges() {
+    if watch.filter.limits() {
         if !first && *watch.shown.borrow() == shown {
             return;
         }

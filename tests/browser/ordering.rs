@@ -20,6 +20,32 @@ async fn query(client: &kizunasync::KizunaClient, filter: Value) -> Vec<String> 
     ids(&ok(client.query("todos".into(), Some(to_js(&filter)))).await)
 }
 
+/// A live query of `filter` over the todos whose listener pushes each result it hears into the
+/// array returned, with the function that stops it.
+fn watched(client: &kizunasync::KizunaClient, filter: Value) -> (Array, Function) {
+    let heard = Array::new();
+    let listener = Closure::<dyn Fn(JsValue)>::new({
+        let heard = heard.clone();
+        move |rows: JsValue| {
+            heard.push(&rows);
+        }
+    });
+    let stop = client.watch("todos".into(), to_js(&filter), listener.into_js_value().into()).unwrap();
+    (heard, stop)
+}
+
+/// The ids of the `n`th result a listener pushed into `heard`, once it has heard exactly that many.
+async fn nth_heard(heard: &Array, n: u32) -> Vec<String> {
+    for _ in 0..100 {
+        if heard.length() >= n {
+            break;
+        }
+        sleep(20).await;
+    }
+    assert_eq!(heard.length(), n, "the listener was called {} times, not {n}", heard.length());
+    ids(&from_js(heard.get(n - 1)))
+}
+
 async fn put(client: &kizunasync::KizunaClient, user: &str, k: &str, mut row: Value) {
     let id = format!("{user}.{k}");
     row["id"] = json!(id);
@@ -91,41 +117,28 @@ async fn a_live_query_with_a_limit_keeps_its_first_rows_and_stays_quiet_about_th
     for (k, position) in [("a", 1), ("b", 2), ("c", 3), ("d", 4)] {
         put(&client, &user, k, json!({"title": k, "position": position})).await;
     }
-    let heard = Array::new();
-    let listener = Closure::<dyn Fn(JsValue)>::new({
-        let heard = heard.clone();
-        move |rows: JsValue| {
-            heard.push(&rows);
-        }
-    });
-    let stop: Function = client.watch("todos".into(), to_js(&json!({"orderBy": "position", "limit": 2})), listener.as_ref().clone()).unwrap();
-    let next = |n: u32| {
-        let heard = heard.clone();
-        async move {
-            for _ in 0..100 {
-                if heard.length() >= n {
-                    break;
-                }
-                sleep(20).await;
-            }
-            assert_eq!(heard.length(), n, "the listener was called {} times, not {n}", heard.length());
-            ids(&from_js(heard.get(n - 1)))
-        }
-    };
-    assert_eq!(next(1).await, ["a", "b"]);
+    let (heard, stop) = watched(&client, json!({"orderBy": "position", "limit": 2}));
+    assert_eq!(nth_heard(&heard, 1).await, ["a", "b"]);
     // A row past the limit changes: what the app sees does not, and the listener is not called.
     ok(client.patch("todos".into(), format!("{user}.d").into(), to_js(&json!({"title": "d2"})), None)).await;
     // A row moves into the first two, another leaves them.
     ok(client.patch("todos".into(), format!("{user}.c").into(), to_js(&json!({"position": 0})), None)).await;
-    assert_eq!(next(2).await, ["c", "a"]);
+    assert_eq!(nth_heard(&heard, 2).await, ["c", "a"]);
     // A shown row is deleted: the next one takes its place.
     ok(client.delete("todos".into(), format!("{user}.a").into(), None)).await;
-    assert_eq!(next(3).await, ["c", "b"]);
+    assert_eq!(nth_heard(&heard, 3).await, ["c", "b"]);
     // A new row sorts first.
     put(&client, &user, "e", json!({"title": "e", "position": -1})).await;
-    assert_eq!(next(4).await, ["e", "c"]);
+    assert_eq!(nth_heard(&heard, 4).await, ["e", "c"]);
     sleep(100).await;
     assert_eq!(heard.length(), 4, "one call for each change it shows, none for the one it does not");
+    stop.call0(&JsValue::NULL).unwrap();
+
+    // Ordered without a limit: every row, in the order, after each change.
+    let (all, stop) = watched(&client, json!({"orderBy": ["position", "desc"]}));
+    assert_eq!(nth_heard(&all, 1).await, ["d", "b", "c", "e"]);
+    ok(client.patch("todos".into(), format!("{user}.e").into(), to_js(&json!({"position": 3})), None)).await;
+    assert_eq!(nth_heard(&all, 2).await, ["d", "e", "b", "c"]);
     stop.call0(&JsValue::NULL).unwrap();
     client.close();
 }
