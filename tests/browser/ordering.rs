@@ -30,7 +30,7 @@ fn watched(client: &kizunasync::KizunaClient, filter: Value) -> (Array, Function
             heard.push(&rows);
         }
     });
-    let stop = client.watch("todos".into(), to_js(&filter), listener.into_js_value().into()).unwrap();
+    let stop = client.watch("todos".into(), to_js(&filter), listener.into_js_value()).unwrap();
     (heard, stop)
 }
 
