@@ -85,6 +85,11 @@ impl OrderBy {
         if self.descending { order.reverse() } else { order }
     }
 
+    /// Sorts rows keyed by their values of the column (stably: equal values keep their order).
+    fn sort_keyed<T>(&self, keyed: &mut Vec<(SortValue, T)>) {
+        kizuna_engine::order::sort_by(keyed, |a, b| self.compare(&a.0, &b.0));
+    }
+
     /// A collector of the first `limit` JS rows in this order, offered in primary-key order.
     pub fn first_rows(&self, limit: usize) -> FirstRows<'_> {
         FirstRows { order_by: self, column: JsValue::from_str(&self.column), limit, held: Vec::new() }
@@ -93,7 +98,7 @@ impl OrderBy {
     /// `rows` (in primary-key order) in this order.
     pub fn sort_rows<'r>(&self, rows: impl Iterator<Item = &'r Row>) -> Vec<&'r Row> {
         let mut keyed: Vec<(SortValue, &Row)> = rows.map(|row| (SortValue::of_json(row.get(&self.column)), row)).collect();
-        kizuna_engine::order::sort_by(&mut keyed, |a, b| self.compare(&a.0, &b.0));
+        self.sort_keyed(&mut keyed);
         keyed.into_iter().map(|(_, row)| row).collect()
     }
 }
@@ -120,8 +125,7 @@ impl FirstRows<'_> {
 
     /// Sorts what is held (stably: rows came in primary-key order) and keeps the first `limit`.
     fn keep_first(&mut self) {
-        let order_by = self.order_by;
-        kizuna_engine::order::sort_by(&mut self.held, |a, b| order_by.compare(&a.0, &b.0));
+        self.order_by.sort_keyed(&mut self.held);
         self.held.truncate(self.limit);
     }
 

@@ -142,10 +142,11 @@ impl Filter {
         // each row's value of the column is held while they are sorted (`FirstRows`).
         match &self.order_by {
             None => {
-                let rows = js_sys::Array::new();
+                let (rows, mut taken) = (js_sys::Array::new(), 0);
                 self.select(inner, table, |_, row| {
-                    if (rows.length() as usize) < limit {
+                    if taken < limit {
                         rows.push(&row);
+                        taken += 1;
                     }
                 })
                 .await?;
