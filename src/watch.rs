@@ -351,7 +351,9 @@ pub fn changed(inner: &Rc<Inner>, events: &[Event]) {
 /// Recomputes a watch's result (only `pks` when given and few enough) and calls its listener when
 /// the result changed, or always on the first call.
 async fn refresh(inner: &Inner, watch: &Watch, pks: Option<&BTreeSet<String>>, first: bool) {
-    let next = match pks {
+    // The result is brought up to date where it is kept, key by key: cloning it to compare the
+    // copy with the old cost a deep copy of every row at each change.
+    let changed = match pks {
         Some(pks) if pks.len() <= RESCAN_ABOVE => {
             let keys: Vec<RowKey> = pks.iter().map(|pk| RowKey::new(watch.table.clone(), pk.clone())).collect();
             let records = match inner.store.rows(&keys).await {
@@ -359,36 +361,48 @@ async fn refresh(inner: &Inner, watch: &Watch, pks: Option<&BTreeSet<String>>, f
                 Err(e) => return report(&e),
             };
             let engine = inner.engine.borrow();
-            let mut result = watch.result.borrow().clone();
+            let mut result = watch.result.borrow_mut();
+            let mut changed = false;
             for key in &keys {
                 let admitted = records.get(key).and_then(|record| {
                     watch.filter.admit(record, || engine.is_tracked(key))
                 });
-                match admitted {
-                    Some(row) => result.insert(key.pk.clone(), row),
-                    None => result.remove(&key.pk),
+                changed |= match admitted {
+                    Some(row) if result.get(&key.pk) == Some(&row) => false,
+                    Some(row) => {
+                        result.insert(key.pk.clone(), row);
+                        true
+                    }
+                    None => result.remove(&key.pk).is_some(),
                 };
             }
-            result
+            changed
         }
-        _ => match watch.filter.evaluate(inner, &watch.table).await {
-            Ok(r) => r,
-            Err(e) => return report(&e),
-        },
+        _ => {
+            let next = match watch.filter.evaluate(inner, &watch.table).await {
+                Ok(r) => r,
+                Err(e) => return report(&e),
+            };
+            let mut result = watch.result.borrow_mut();
+            let changed = *result != next;
+            *result = next;
+            changed
+        }
     };
-    if !first && *watch.result.borrow() == next {
+    if !first && !changed {
         return;
     }
-    let shown: Vec<Row> = watch.filter.shown(&next).into_iter().cloned().collect();
-    *watch.result.borrow_mut() = next;
+    let result = watch.result.borrow();
+    let shown = watch.filter.shown(&result);
     if watch.filter.limits() {
-        if !first && *watch.shown.borrow() == shown {
+        if !first && watch.shown.borrow().iter().eq(shown.iter().copied()) {
             return;
         }
-        *watch.shown.borrow_mut() = shown.clone();
+        *watch.shown.borrow_mut() = shown.iter().map(|row| (*row).clone()).collect();
     }
-    let rows = Value::Array(shown.into_iter().map(Value::Object).collect());
-    let Ok(js) = crate::js::encode(&rows) else { return };
+    let encoded = crate::js::encode(&shown);
+    drop(result);
+    let Ok(js) = encoded else { return };
     if let Err(err) = watch.listener.call1(&JsValue::NULL, &js) {
         web_sys::console::error_2(&"kizuna: a watch listener threw".into(), &err);
     }
