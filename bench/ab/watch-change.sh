@@ -2,7 +2,7 @@
 # Alternating A/B of two builds of the package: how long a live query takes to hear a change. Each
 # round and package, in a fresh browser context: 20,000 rows written locally, a watch of the 10,000
 # whose `done` is false, then fifteen patches of rows in it, each timed from the patch's call until
-# the listener is called; prints the median per round and package.
+# the listener is called; prints the median per round and package, then the medians of the rounds.
 #
 #   bash bench/ab/watch-change.sh PKG_DIR_A PKG_DIR_B [ROUNDS]
 #
