@@ -48,20 +48,8 @@ fn ids(rows: &Value) -> Vec<String> {
 
 /// The first result a watch of `filter` hands its listener.
 async fn first_watched(client: &kizunasync::KizunaClient, filter: Value) -> Value {
-    let results = js_sys::Array::new();
-    let listener = Closure::<dyn Fn(JsValue)>::new({
-        let results = results.clone();
-        move |rows: JsValue| {
-            results.push(&rows);
-        }
-    });
-    let stop: Function = client.watch("todos".into(), to_js(&filter), listener.as_ref().clone()).unwrap();
-    for _ in 0..100 {
-        if results.length() >= 1 {
-            break;
-        }
-        sleep(20).await;
-    }
+    let (results, stop) = watched(client, "todos", to_js(&filter));
+    wait_for_results(&results, 1).await;
     stop.call0(&JsValue::NULL).unwrap();
     from_js(results.get(0))
 }

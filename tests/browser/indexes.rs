@@ -8,7 +8,6 @@ use indexed_db_futures::transaction::TransactionMode;
 use indexed_db_futures::KeyPath;
 use js_sys::Array;
 use serde_json::{json, Value};
-use wasm_bindgen::closure::Closure;
 use wasm_bindgen::JsValue;
 use wasm_bindgen_test::wasm_bindgen_test;
 
@@ -222,22 +221,10 @@ async fn a_number_the_server_writes_in_another_form_is_found_by_the_apps_own() {
             let found = ok(client.query("todos".into(), Some(filter.clone().into()))).await;
             assert_eq!(ids(&found), ["t0", "t1", "t2"], "{case}");
 
-            let results = Array::new();
-            let listener = Closure::<dyn Fn(JsValue)>::new({
-                let results = results.clone();
-                move |rows: JsValue| {
-                    results.push(&rows);
-                }
-            });
-            let stop = client.watch("todos".into(), filter.clone().into(), listener.as_ref().clone()).unwrap();
+            let (results, stop) = watched(&client, "todos", filter.clone().into());
             // One of the rows changes: the live query reads it again.
             ok(client.patch("todos".into(), format!("{user}.t0").into(), to_js(&json!({"done": true})), None)).await;
-            for _ in 0..100 {
-                if results.length() >= 2 {
-                    break;
-                }
-                sleep(20).await;
-            }
+            wait_for_results(&results, 2).await;
             assert_eq!(results.length(), 2, "{case}: the first result and the changed row's");
             assert_eq!(ids(&from_js(results.get(1))), ["t0", "t1", "t2"], "{case}");
             stop.call0(&JsValue::NULL).unwrap();

@@ -5,7 +5,6 @@
 
 use js_sys::{Array, Function};
 use serde_json::{json, Value};
-use wasm_bindgen::closure::Closure;
 use wasm_bindgen::JsValue;
 use wasm_bindgen_test::wasm_bindgen_test;
 
@@ -20,28 +19,9 @@ async fn query(client: &kizunasync::KizunaClient, filter: Value) -> Vec<String> 
     ids(&ok(client.query("todos".into(), Some(to_js(&filter)))).await)
 }
 
-/// A live query of `filter` over the todos whose listener pushes each result it hears into the
-/// array returned, with the function that stops it.
-fn watched(client: &kizunasync::KizunaClient, filter: Value) -> (Array, Function) {
-    let heard = Array::new();
-    let listener = Closure::<dyn Fn(JsValue)>::new({
-        let heard = heard.clone();
-        move |rows: JsValue| {
-            heard.push(&rows);
-        }
-    });
-    let stop = client.watch("todos".into(), to_js(&filter), listener.into_js_value()).unwrap();
-    (heard, stop)
-}
-
 /// The ids of the `n`th result a listener pushed into `heard`, once it has heard exactly that many.
 async fn nth_heard(heard: &Array, n: u32) -> Vec<String> {
-    for _ in 0..100 {
-        if heard.length() >= n {
-            break;
-        }
-        sleep(20).await;
-    }
+    wait_for_results(heard, n).await;
     assert_eq!(heard.length(), n, "the listener was called {} times, not {n}", heard.length());
     ids(&from_js(heard.get(n - 1)))
 }
@@ -117,7 +97,7 @@ async fn a_live_query_with_a_limit_keeps_its_first_rows_and_stays_quiet_about_th
     for (k, position) in [("a", 1), ("b", 2), ("c", 3), ("d", 4)] {
         put(&client, &user, k, json!({"title": k, "position": position})).await;
     }
-    let (heard, stop) = watched(&client, json!({"orderBy": "position", "limit": 2}));
+    let (heard, stop) = watched(&client, "todos", to_js(&json!({"orderBy": "position", "limit": 2})));
     assert_eq!(nth_heard(&heard, 1).await, ["a", "b"]);
     // A row past the limit changes: what the app sees does not, and the listener is not called.
     ok(client.patch("todos".into(), format!("{user}.d").into(), to_js(&json!({"title": "d2"})), None)).await;
@@ -135,7 +115,7 @@ async fn a_live_query_with_a_limit_keeps_its_first_rows_and_stays_quiet_about_th
     stop.call0(&JsValue::NULL).unwrap();
 
     // Ordered without a limit: every row, in the order, after each change.
-    let (all, stop) = watched(&client, json!({"orderBy": ["position", "desc"]}));
+    let (all, stop) = watched(&client, "todos", to_js(&json!({"orderBy": ["position", "desc"]})));
     assert_eq!(nth_heard(&all, 1).await, ["d", "b", "c", "e"]);
     ok(client.patch("todos".into(), format!("{user}.e").into(), to_js(&json!({"position": 3})), None)).await;
     assert_eq!(nth_heard(&all, 2).await, ["d", "e", "b", "c"]);

@@ -258,3 +258,27 @@ pub fn titles_rewritten(functions: &[&str], columns: &str) -> js_sys::Function {
     );
     js_sys::Function::new_with_args("url, init", &body)
 }
+
+/// A live query of `filter` over `table` whose listener pushes each result it hears into the array
+/// returned, with the function that stops it.
+pub fn watched(client: &KizunaClient, table: &str, filter: JsValue) -> (Array, Function) {
+    let heard = Array::new();
+    let listener = Closure::<dyn Fn(JsValue)>::new({
+        let heard = heard.clone();
+        move |rows: JsValue| {
+            heard.push(&rows);
+        }
+    });
+    let stop = client.watch(table.into(), filter, listener.into_js_value()).unwrap();
+    (heard, stop)
+}
+
+/// Waits (up to two seconds) until a `watched` listener has heard `n` results.
+pub async fn wait_for_results(heard: &Array, n: u32) {
+    for _ in 0..100 {
+        if heard.length() >= n {
+            break;
+        }
+        sleep(20).await;
+    }
+}
